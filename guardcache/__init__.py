@@ -1,0 +1,1 @@
+"""guardcache: cached guardrails for LLM applications."""

@@ -1,0 +1,59 @@
+"""The error hierarchy: one base, a few families a caller can branch on.
+
+Messages say what was wrong, where (file, field, URL) and what to do, because the person reading them
+is usually an operator looking at a log line, not the code.
+"""
+
+from __future__ import annotations
+
+
+class GuardcacheError(Exception):
+    """Base of every error guardcache raises on purpose."""
+
+
+class ConfigError(GuardcacheError, ValueError):
+    """A config file or value is invalid. The message names the file and the field."""
+
+
+class BackendError(GuardcacheError):
+    """A model backend could not give a usable answer (after retries, where they apply).
+
+    Never cached: the rail that sees it decides by its ``on_error`` policy.
+    """
+
+    def __init__(self, message: str, *, status: int | None = None, url: str | None = None) -> None:
+        super().__init__(message)
+        self.status = status
+        self.url = url
+
+
+class BackendTimeoutError(BackendError):
+    """The backend did not answer within the configured timeout."""
+
+
+class BackendConnectionError(BackendError):
+    """The backend could not be reached (refused, reset, DNS)."""
+
+
+class BackendStatusError(BackendError):
+    """The backend answered with an HTTP error status (4xx/5xx) after the last try."""
+
+
+class BackendProtocolError(BackendError):
+    """The backend answered 200 with a body that is not the expected OpenAI shape."""
+
+
+class ParseError(GuardcacheError):
+    """A model's completion could not be read as a verdict (e.g. invalid JSON, missing key)."""
+
+
+__all__ = [
+    "BackendConnectionError",
+    "BackendError",
+    "BackendProtocolError",
+    "BackendStatusError",
+    "BackendTimeoutError",
+    "ConfigError",
+    "GuardcacheError",
+    "ParseError",
+]
