@@ -1,0 +1,103 @@
+"""Cache keys: whitespace normalization and fixed-size digests.
+
+A key is ``blake2b(namespace digest || kind || normalized prompt)``, 32 bytes. The namespace holds
+everything that changes the answer besides the prompt (model type and name, the template's
+fingerprint, generation parameters), so changing any of them can never serve an old verdict. Keys are
+digests, never the prompt: entries stay small and no user text is kept in a cache or sent to Redis.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+KEY_SIZE = 32
+
+Prompt = str | Sequence[Mapping[str, Any]]
+
+
+def normalize_text(text: str) -> str:
+    """Collapse every run of Unicode whitespace to one space and strip the ends.
+
+    ``str.split()`` splits on exactly the characters ``str.isspace`` accepts (including NBSP, the
+    ideographic space and line/paragraph separators), so "hello\\u00a0 world\\n" -> "hello world".
+    """
+    return " ".join(text.split())
+
+
+def normalize_messages(messages: Sequence[Mapping[str, Any]]) -> list[tuple[str, str]]:
+    """(role, normalized content) pairs; content is normalized exactly like a string prompt."""
+    out: list[tuple[str, str]] = []
+    for message in messages:
+        content = message.get("content")
+        text = content if isinstance(content, str) else json.dumps(content, sort_keys=True)
+        out.append((str(message.get("role", "user")), normalize_text(text)))
+    return out
+
+
+def _canonical(prompt: Prompt) -> bytes:
+    if isinstance(prompt, str):
+        return b"s\x00" + normalize_text(prompt).encode("utf-8")
+    pairs = normalize_messages(prompt)
+    return b"m\x00" + json.dumps(pairs, ensure_ascii=False, separators=(",", ":")).encode("utf-8")
+
+
+@dataclass(frozen=True, slots=True)
+class Namespace:
+    """What, besides the prompt, decides a cached answer. Its digest prefixes every key."""
+
+    model_type: str
+    model: str
+    template: str = ""
+    params: tuple[tuple[str, str], ...] = ()
+    digest: bytes = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        blob = json.dumps(
+            [self.model_type, self.model, self.template, list(self.params)],
+            separators=(",", ":"),
+            ensure_ascii=False,
+        )
+        object.__setattr__(self, "digest", hashlib.blake2b(blob.encode(), digest_size=16).digest())
+
+    @classmethod
+    def of(
+        cls,
+        model_type: str,
+        model: str,
+        template: str = "",
+        params: Mapping[str, Any] | None = None,
+    ) -> Namespace:
+        """Build one from a parameter mapping (order-insensitive, values compared as JSON)."""
+        items = tuple(sorted((str(k), json.dumps(v, sort_keys=True)) for k, v in (params or {}).items()))
+        return cls(model_type, model, template, items)
+
+    @property
+    def tag(self) -> str:
+        """A short printable id, e.g. for Redis key prefixes and log lines."""
+        return self.digest.hex()[:16]
+
+    def key(self, prompt: Prompt) -> bytes:
+        """The cache key of ``prompt`` in this namespace."""
+        return make_key(self.digest, prompt)
+
+
+def make_key(namespace: bytes, prompt: Prompt) -> bytes:
+    """A 32-byte key for ``prompt`` (a string or chat messages) under a namespace digest."""
+    h = hashlib.blake2b(namespace, digest_size=KEY_SIZE)
+    h.update(b"\x00")
+    h.update(_canonical(prompt))
+    return h.digest()
+
+
+__all__ = [
+    "KEY_SIZE",
+    "Namespace",
+    "Prompt",
+    "make_key",
+    "normalize_messages",
+    "normalize_text",
+]

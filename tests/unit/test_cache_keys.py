@@ -1,0 +1,50 @@
+"""Keys: whitespace normalization shared by strings and chat messages, namespaces, fixed size."""
+
+from __future__ import annotations
+
+from guardcache.cache import Namespace, make_key, normalize_messages, normalize_text
+from guardcache.cache.keys import KEY_SIZE
+
+MESSY = " \t hello\u00a0\u3000 world\n\r\u2028again  "
+
+
+def test_any_unicode_whitespace_run_becomes_one_space_and_ends_are_stripped() -> None:
+    assert normalize_text(MESSY) == "hello world again"
+
+
+def test_strings_and_message_contents_normalize_the_same_way() -> None:
+    [(role, content)] = normalize_messages([{"role": "user", "content": MESSY}])
+    assert (role, content) == ("user", normalize_text(MESSY))
+
+
+def test_equivalent_prompts_share_a_key_and_different_ones_do_not() -> None:
+    ns = Namespace.of("content_safety", "nemoguard", "tpl1", {"temperature": 1e-20})
+    assert ns.key("hello   world") == ns.key("hello world\n")
+    assert ns.key([{"role": "user", "content": "a  b"}]) == ns.key([{"role": "user", "content": "a b"}])
+    assert ns.key("hello world") != ns.key("hello world!")
+    assert ns.key("x") != ns.key([{"role": "user", "content": "x"}])  # the shape is part of the key
+    assert ns.key([{"role": "user", "content": "x"}]) != ns.key([{"role": "system", "content": "x"}])
+
+
+def test_every_namespace_field_separates_keys() -> None:
+    base = Namespace.of("content_safety", "m", "tpl", {"temperature": 0.0, "max_tokens": 50})
+    variants = [
+        Namespace.of("topic_control", "m", "tpl", {"temperature": 0.0, "max_tokens": 50}),
+        Namespace.of("content_safety", "m2", "tpl", {"temperature": 0.0, "max_tokens": 50}),
+        Namespace.of("content_safety", "m", "tpl2", {"temperature": 0.0, "max_tokens": 50}),
+        Namespace.of("content_safety", "m", "tpl", {"temperature": 0.0, "max_tokens": 51}),
+    ]
+    assert len({v.key("p") for v in [base, *variants]}) == 5
+    same = Namespace.of("content_safety", "m", "tpl", {"max_tokens": 50, "temperature": 0.0})
+    assert same.key("p") == base.key("p") and same == base
+
+
+def test_keys_are_fixed_size_digests_without_user_text() -> None:
+    ns = Namespace.of("t", "m")
+    long_prompt = "secret " * 1000
+    for prompt in ("", "secret", long_prompt):
+        k = ns.key(prompt)
+        assert isinstance(k, bytes) and len(k) == KEY_SIZE
+        assert b"secret" not in k
+    assert make_key(ns.digest, "a") == ns.key("a")
+    assert len(ns.tag) == 16
