@@ -1,16 +1,20 @@
 """LFUCache: least-frequently-used eviction, least-recently-used among equal frequencies, O(1).
 
-The structure: one doubly linked list of all entries, ordered by (frequency, recency); the head is
-always the next victim. ``_tails`` maps each frequency present to the newest entry of its group, so
-an access moves an entry from the end of group f to the end of group f+1 in O(1), and an empty group
-leaves nothing behind (there are no per-frequency list objects to pile up).
+The structure: one doubly linked list of all entries, grouped by frequency in ascending order, newest
+first within a group. ``_oldest`` maps each frequency present to its group's oldest entry (the group's
+last node), which is both where that group is evicted from and where the next group begins. So:
+
+- an access moves an entry from group f to the FRONT of group f+1, i.e. right after ``_oldest[f]``
+  (or nowhere at all, when the entry was itself the oldest of f): one dict read, nine list writes;
+- the victim is ``_oldest[f]`` of the first group; a new entry goes right after the sentinel;
+- an emptied group leaves nothing behind (there are no per-frequency list objects to pile up).
 
 Entries live in parallel arrays indexed by a slot number (struct of arrays), not in one object per
-entry: that is ~half the memory of a node object with two timestamp floats, creates no objects for the
-garbage collector to track, and an evicted slot is reused by the put that evicted it. Slot 0 is the
-list's sentinel (frequency 0, which no entry has).
+entry: ~140 bytes an entry instead of ~210 for node objects, no objects for the garbage collector to
+track, and an evicted slot is reused by the put that evicted it. Slot 0 is the sentinel (frequency 0,
+which no entry has).
 
-One ``threading.RLock`` guards the structure; only array and dict updates run under it.
+One ``threading.RLock`` guards the structure; only list and dict updates run under it.
 """
 
 from __future__ import annotations
@@ -69,6 +73,8 @@ class LFUCache(CacheInterface):
         self.track_stats = track_stats
         self.stats_logging_interval = stats_logging_interval
         self._lock = threading.RLock()
+        self._acquire = self._lock.acquire
+        self._release = self._lock.release
         self._reset_structure()
         self._hits = self._misses = self._evictions = 0
         self._puts = self._updates = self._coalesced = 0
@@ -93,49 +99,48 @@ class LFUCache(CacheInterface):
         # None until the first access after the put: a float object (24 B) is only kept for entries
         # that were read again, and a list store is ~50 ns cheaper than an array store on a hit.
         self._accessed: list[float | None] = [None]
-        self._tails: dict[int, int] = {}
+        self._oldest: dict[int, int] = {}  # frequency -> slot of that group's oldest entry
         self._free: list[int] = []
 
     # -- the structure (callers hold the lock) -------------------------------------------------
 
     def _touch(self, i: int) -> None:
-        """Move slot ``i`` from the end of its frequency group to the end of the next one."""
-        freq, prv, nxt, tails = self._freq, self._prev, self._next, self._tails
+        """Count an access of slot ``i``: move it to the front of the next frequency group."""
+        freq, oldest = self._freq, self._oldest
         f = freq[i]
-        g = f + 1
-        p = prv[i]
-        after = tails.get(g)
-        if tails[f] == i:
+        t = oldest[f]
+        if t == i:  # already at the boundary: the front of group f+1 is right here
+            p = self._prev[i]
             if freq[p] == f:
-                tails[f] = p
+                oldest[f] = p
             else:
-                del tails[f]
-            # i already ends group f; group g (if any) starts right after it.
+                del oldest[f]
         else:
-            after = tails[f] if after is None else after
-        if after is not None and after != i:
+            prv, nxt = self._prev, self._next
+            p = prv[i]
             n = nxt[i]
             nxt[p] = n
             prv[n] = p
-            n = nxt[after]
-            nxt[after] = i
-            prv[i] = after
+            n = nxt[t]
+            nxt[t] = i
+            prv[i] = t
             nxt[i] = n
             prv[n] = i
-        tails[g] = i
+        g = f + 1
+        oldest.setdefault(g, i)
         freq[i] = g
         self._accessed[i] = _now()
 
     def _unlink(self, i: int) -> None:
-        freq, prv, nxt, tails = self._freq, self._prev, self._next, self._tails
+        freq, prv, nxt, oldest = self._freq, self._prev, self._next, self._oldest
         f = freq[i]
         p = prv[i]
         n = nxt[i]
-        if tails[f] == i:
+        if oldest[f] == i:
             if freq[p] == f:
-                tails[f] = p
+                oldest[f] = p
             else:
-                del tails[f]
+                del oldest[f]
         nxt[p] = n
         prv[n] = p
 
@@ -158,43 +163,46 @@ class LFUCache(CacheInterface):
     # -- the public face -------------------------------------------------------------------------
 
     def get(self, key: Hashable, default: Any = None) -> Any:
-        # _touch is inlined here: a get hit is the hot path of the whole product.
-        with self._lock:
+        # _touch is inlined and the lock taken with acquire/release rather than `with` (~140 ns
+        # less per call on CPython 3.11): a get hit is the hot path of the whole product.
+        self._acquire()
+        try:
             i = self._index.get(key)
             if i is None:
                 self._misses += 1
                 return default
             self._hits += 1
-            freq, tails = self._freq, self._tails
+            freq, oldest = self._freq, self._oldest
             f = freq[i]
-            g = f + 1
-            after = tails.get(g)
-            if tails[f] == i:
+            t = oldest[f]
+            if t == i:
                 p = self._prev[i]
                 if freq[p] == f:
-                    tails[f] = p
+                    oldest[f] = p
                 else:
-                    del tails[f]
-            elif after is None:
-                after = tails[f]
-            if after is not None:
+                    del oldest[f]
+            else:
                 prv, nxt = self._prev, self._next
                 p = prv[i]
                 n = nxt[i]
                 nxt[p] = n
                 prv[n] = p
-                n = nxt[after]
-                nxt[after] = i
-                prv[i] = after
+                n = nxt[t]
+                nxt[t] = i
+                prv[i] = t
                 nxt[i] = n
                 prv[n] = i
-            tails[g] = i
+            g = f + 1
+            oldest.setdefault(g, i)
             freq[i] = g
             self._accessed[i] = _now()
             return self._values[i]
+        finally:
+            self._release()
 
     def put(self, key: Hashable, value: Any) -> None:
-        with self._lock:
+        self._acquire()
+        try:
             i = self._index.get(key)
             if i is not None:
                 self._values[i] = value
@@ -205,24 +213,27 @@ class LFUCache(CacheInterface):
             if self._maxsize == 0:
                 return
             now = _now()
-            nxt, prv, tails = self._next, self._prev, self._tails
+            nxt, prv, freq, oldest = self._next, self._prev, self._freq, self._oldest
             if len(self._index) >= self._maxsize:
-                # Evict the head (lowest frequency, least recent); _unlink inlined, it is hot.
-                i = nxt[0]
-                f = self._freq[i]
+                # Evict the oldest entry of the lowest frequency group (_unlink inlined: hot).
+                f = freq[nxt[0]]
+                i = oldest[f]
+                p = prv[i]
                 n = nxt[i]
-                if tails[f] == i:
-                    del tails[f]  # the head's predecessor is the sentinel: its group is now empty
-                nxt[0] = n
-                prv[n] = 0
+                nxt[p] = n
+                prv[n] = p
+                if freq[p] == f:
+                    oldest[f] = p
+                else:
+                    del oldest[f]
                 del self._index[self._keys[i]]
                 self._evictions += 1
-                self._freq[i] = 1
+                freq[i] = 1
                 self._created[i] = now
                 self._accessed[i] = None
             elif self._free:
                 i = self._free.pop()
-                self._freq[i] = 1
+                freq[i] = 1
                 self._created[i] = now
                 self._accessed[i] = None
             else:
@@ -237,15 +248,16 @@ class LFUCache(CacheInterface):
             self._keys[i] = key
             self._values[i] = value
             self._index[key] = i
-            # New entries join the end of group 1, which starts right after the sentinel.
-            after = tails.get(1, 0)
-            n = nxt[after]
-            nxt[after] = i
-            prv[i] = after
+            # New entries go to the front of group 1, which is the front of the list.
+            n = nxt[0]
+            nxt[0] = i
+            prv[i] = 0
             nxt[i] = n
             prv[n] = i
-            tails[1] = i
+            oldest.setdefault(1, i)
             self._puts += 1
+        finally:
+            self._release()
 
     def delete(self, key: Hashable) -> bool:
         """Remove ``key`` (not an eviction); returns whether it was there."""
@@ -302,12 +314,16 @@ class LFUCache(CacheInterface):
     def keys_in_eviction_order(self) -> list[Hashable]:
         """Keys from the next victim to the safest; O(n), for tests and debugging."""
         with self._lock:
-            out = []
+            groups: list[list[Hashable]] = []
+            last_freq = -1
             i = self._next[0]
             while i:
-                out.append(self._keys[i])
+                if self._freq[i] != last_freq:
+                    last_freq = self._freq[i]
+                    groups.append([])
+                groups[-1].append(self._keys[i])
                 i = self._next[i]
-            return out
+            return [key for group in groups for key in reversed(group)]
 
     # -- stats -----------------------------------------------------------------------------------
 
