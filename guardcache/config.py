@@ -1,0 +1,314 @@
+"""The config boundary: ``config.yml`` (+ ``prompts.yml``) as validated, immutable pydantic models.
+
+The format is NeMo Guardrails' so its content-safety configs load unchanged. Unknown keys are errors
+(a typo like ``maxsixe`` must not silently leave the cache at its default), except NeMo settings that
+guardcache does not use, which are accepted, ignored and listed in one warning (``guardcache.nemo_compat``).
+Every failure is a ``ConfigError`` naming the file and the field path (``guardcache.config_errors``).
+pydantic stays here: the rest of guardcache reads these objects and never validates.
+"""
+
+from __future__ import annotations
+
+import difflib
+import logging
+import os
+from typing import Annotated, Any, Literal
+
+from pydantic import (
+    BaseModel,
+    BeforeValidator,
+    Field,
+    PrivateAttr,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
+
+from guardcache.config_errors import FieldError, Problem, from_validation_error, show
+from guardcache.config_files import MergedSources, load_path, parse_mapping, parse_yaml
+from guardcache.config_models import (
+    DEFAULT_BASE_URLS,
+    SECRET_PARAMETERS,
+    STRICT,
+    CacheStatsConfig,
+    Engine,
+    ModelCacheConfig,
+    ModelConfig,
+    RedisConfig,
+    null_is_empty,
+)
+from guardcache.errors import ConfigError
+from guardcache.flows import KNOWN_FLOWS, FlowRef, prompt_variables
+from guardcache.nemo_compat import strip_unused_nemo_keys
+from guardcache.prompts.loader import default_prompts, select_prompt, with_defaults
+from guardcache.prompts.render import template_problems
+from guardcache.prompts.templates import TaskPrompt, split_task
+
+logger = logging.getLogger(__name__)
+
+
+class RailGroup(BaseModel):
+    """The checks of one direction (input or output) and how they run.
+
+    ``on_error`` decides what a check that could not get a verdict (backend down, unparseable answer)
+    means: ``block`` (fail closed, the default) or ``allow``.
+    """
+
+    model_config = STRICT
+
+    flows: Annotated[list[str], BeforeValidator(lambda v: [] if v is None else v)] = Field(
+        default_factory=list
+    )
+    parallel: bool = False
+    on_error: Literal["block", "allow"] = "block"
+
+    @field_validator("flows")
+    @classmethod
+    def _flows_are_known(cls, flows: list[str]) -> list[str]:
+        problems: list[Problem] = []
+        known = ", ".join(sorted(KNOWN_FLOWS))
+        for i, text in enumerate(flows):
+            try:
+                ref = FlowRef.parse(text)
+            except ValueError as exc:
+                problems.append(((i,), str(exc)))
+                continue
+            if ref.name not in KNOWN_FLOWS:
+                close = difflib.get_close_matches(ref.name, list(KNOWN_FLOWS), n=1)
+                hint = f"; did you mean {close[0]!r}?" if close else ""
+                problems.append(((i,), f"unknown flow {ref.name!r}{hint} (known flows: {known})"))
+        if problems:
+            raise FieldError("", problems=problems)
+        return flows
+
+    def flow_refs(self) -> list[FlowRef]:
+        """The flows, parsed (each is known: unknown flows fail validation)."""
+        return [FlowRef.parse(text) for text in self.flows]
+
+
+class RailsSection(BaseModel):
+    """``rails:``: the input checks (before the main model) and output checks (after it)."""
+
+    model_config = STRICT
+
+    input: Annotated[RailGroup, BeforeValidator(null_is_empty)] = Field(default_factory=RailGroup)
+    output: Annotated[RailGroup, BeforeValidator(null_is_empty)] = Field(default_factory=RailGroup)
+
+
+class RailsConfig(BaseModel):
+    """A whole guardrails config: models, rails and the effective prompts.
+
+    ``prompts`` holds the user's prompts first, then every package default they do not override (per
+    base task and model type). Build it with ``from_path`` or ``from_content``; construction validates
+    everything, including that each flow's model type and prompt exist and each template uses only
+    the placeholders its task provides.
+    """
+
+    model_config = STRICT
+
+    models: list[ModelConfig] = Field(default_factory=list)
+    rails: Annotated[RailsSection, BeforeValidator(null_is_empty)] = Field(default_factory=RailsSection)
+    prompts: list[TaskPrompt] = Field(default_factory=list)
+
+    _source: str | None = PrivateAttr(default=None)
+    _ignored: tuple[str, ...] = PrivateAttr(default=())
+    _prompt_cache: dict[tuple[str, str | None], TaskPrompt] = PrivateAttr(default_factory=dict)
+
+    @classmethod
+    def from_path(cls, path: str | os.PathLike[str]) -> RailsConfig:
+        """Load a config folder (``config.yml`` and every other ``*.yml``/``*.yaml`` in it, merged as
+        NeMo does) or a single YAML file."""
+        sources, colang = load_path(path)
+        return cls._from_sources(sources, [f"{name} (Colang file)" for name in colang])
+
+    @classmethod
+    def from_content(
+        cls,
+        yaml_content: str | None = None,
+        prompts: str | list[Any] | None = None,
+        *,
+        source: str = "<string>",
+        prompts_source: str = "<prompts>",
+    ) -> RailsConfig:
+        """Load from strings: ``yaml_content`` is a ``config.yml``; ``prompts`` is a ``prompts.yml``
+        text, a YAML list of prompts, or a list of prompt mappings / ``TaskPrompt`` objects.
+        ``source`` and ``prompts_source`` name them in error messages."""
+        sources = MergedSources(source)
+        if yaml_content is not None:
+            sources.add(parse_mapping(yaml_content, source), source)
+        if prompts is not None:
+            data = parse_yaml(prompts, prompts_source) if isinstance(prompts, str) else prompts
+            if isinstance(data, list):
+                data = {"prompts": data}
+            if data is not None and not isinstance(data, dict):
+                raise ConfigError(f"{prompts_source}: expected a list of prompts (got {show(data)})")
+            sources.add(data or {}, prompts_source)
+        return cls._from_sources(sources, [])
+
+    @classmethod
+    def _from_sources(cls, sources: MergedSources, also_ignored: list[str]) -> RailsConfig:
+        data, ignored = strip_unused_nemo_keys(sources.data)
+        try:
+            config = cls.model_validate(data)
+        except ValidationError as exc:
+            raise from_validation_error(exc, cls, sources.file_of) from None
+        config._source = sources.label
+        config._ignored = (*ignored, *also_ignored)
+        if config._ignored:
+            logger.warning(
+                "%s: ignoring NeMo Guardrails settings that guardcache does not use: %s",
+                sources.label,
+                ", ".join(config._ignored),
+            )
+        return config
+
+    @model_validator(mode="before")
+    @classmethod
+    def _add_default_prompts(cls, data: Any) -> Any:
+        if isinstance(data, dict):
+            user = data.get("prompts")
+            if user is None or isinstance(user, list):
+                data = {**data, "prompts": with_defaults(user or [], default_prompts())}
+        return data
+
+    @model_validator(mode="after")
+    def _cross_checks(self) -> RailsConfig:
+        problems = [*self._model_problems(), *self._flow_problems(), *self._template_problems()]
+        if problems:
+            raise FieldError("", problems=problems)
+        return self
+
+    def _model_problems(self) -> list[Problem]:
+        first: dict[str, int] = {}
+        problems: list[Problem] = []
+        for i, model in enumerate(self.models):
+            if model.type in first:
+                where = f"models[{first[model.type]}]"
+                problems.append(
+                    (("models", i, "type"), f"model type {model.type!r} is already configured ({where})")
+                )
+            first.setdefault(model.type, i)
+        return problems
+
+    def _flow_problems(self) -> list[Problem]:
+        problems: list[Problem] = []
+        for direction in ("input", "output"):
+            seen: dict[FlowRef, int] = {}
+            for i, ref in enumerate(getattr(self.rails, direction).flow_refs()):
+                message = self._flow_problem(direction, ref)
+                if message is None and ref in seen:
+                    message = f"flow {ref.text!r} is already listed (flows[{seen[ref]}])"
+                seen.setdefault(ref, i)
+                if message is not None:
+                    problems.append((("rails", direction, "flows", i), message))
+        return problems
+
+    def _flow_problem(self, direction: str, ref: FlowRef) -> str | None:
+        spec = KNOWN_FLOWS[ref.name]
+        configured = ", ".join(self.model_types) or "none"
+        if spec.direction != direction:
+            return f"flow {ref.name!r} is an {spec.direction} rail: move it to rails.{spec.direction}.flows"
+        for arg in spec.required_args:
+            if arg not in ref.args:
+                value = "<model type>" if arg == "model" else "<value>"
+                return f"flow {ref.name!r} needs ${arg}={value} (configured model types: {configured})"
+        extra = [f"${a}" for a in ref.args if a not in spec.required_args]
+        if extra:
+            return f"flow {ref.name!r} does not take {', '.join(extra)}"
+        model_type = ref.model_type
+        if model_type is not None and model_type not in self.model_types:
+            return (
+                f"flow {ref.name!r} names model type {model_type!r}, which is not configured "
+                f"(configured: {configured})"
+            )
+        if spec.prompt_task is not None and self._find_prompt(spec.prompt_task, model_type) is None:
+            wanted = spec.prompt_task + (f" $model={model_type}" if model_type else "")
+            return f"flow {ref.name!r} needs a prompt with task '{wanted}': add one to prompts.yml"
+        return None
+
+    def _template_problems(self) -> list[Problem]:
+        variables = prompt_variables()
+        problems: list[Problem] = []
+        for i, prompt in enumerate(self.prompts):
+            allowed = variables.get(prompt.base_task)
+            if allowed is None:  # a task guardcache never renders (e.g. NeMo's self_check_input)
+                continue
+            if prompt.content is not None:
+                problems += [
+                    (("prompts", i, "content"), m) for m in template_problems(prompt.content, allowed)
+                ]
+            for j, message in enumerate(prompt.messages or ()):
+                loc = ("prompts", i, "messages", j, "content")
+                if message.type is None:
+                    problems.append((loc, "a message expression needs Jinja: give each message a type"))
+                else:
+                    problems += [(loc, m) for m in template_problems(message.content, allowed)]
+        return problems
+
+    @property
+    def source(self) -> str | None:
+        """The file or folder this config was loaded from (``"<string>"`` for from_content)."""
+        return self._source
+
+    @property
+    def ignored_keys(self) -> tuple[str, ...]:
+        """NeMo settings (dotted paths) and Colang files that were accepted but are not used."""
+        return self._ignored
+
+    @property
+    def model_types(self) -> list[str]:
+        """The configured model types, in file order."""
+        return [model.type for model in self.models]
+
+    def model(self, type: str) -> ModelConfig:
+        """The model of this type; a ``ConfigError`` listing the configured types if there is none."""
+        for model in self.models:
+            if model.type == type:
+                return model
+        configured = ", ".join(self.model_types) or "none"
+        raise ConfigError(
+            f"{self._source or '<config>'}: no model of type {type!r} is configured "
+            f"(configured: {configured})"
+        )
+
+    def prompt_for(self, task: str, model_type: str | None = None) -> TaskPrompt:
+        """The prompt for ``task`` (``content_safety_check_input``, or with ``$model=``) run on the
+        model of ``model_type``: the user's override if any, else the package default."""
+        base, typed = split_task(task)
+        key = (base, typed or model_type)
+        found = self._prompt_cache.get(key)
+        if found is None:
+            found = self._find_prompt(task, model_type)
+            if found is None:
+                have = ", ".join(sorted({p.task for p in self.prompts})) or "none"
+                raise ConfigError(
+                    f"{self._source or '<config>'}: no prompt for task {base!r} and model type "
+                    f"{key[1]!r} (prompts exist for: {have})"
+                )
+            self._prompt_cache[key] = found
+        return found
+
+    def _find_prompt(self, task: str, model_type: str | None) -> TaskPrompt | None:
+        typed = split_task(task)[1] or model_type
+        model = next((m for m in self.models if m.type == typed), None)
+        return select_prompt(
+            self.prompts,
+            task,
+            model_type,
+            engine=model.engine if model else None,
+            model=model.model if model else None,
+        )
+
+
+__all__ = [
+    "DEFAULT_BASE_URLS",
+    "SECRET_PARAMETERS",
+    "CacheStatsConfig",
+    "Engine",
+    "ModelCacheConfig",
+    "ModelConfig",
+    "RailGroup",
+    "RailsConfig",
+    "RailsSection",
+    "RedisConfig",
+]

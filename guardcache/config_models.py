@@ -1,0 +1,260 @@
+"""Model entries of ``config.yml``: which engine serves a model, its API key's env var, its cache.
+
+Part of the config boundary (see ``guardcache.config``): pydantic models, validated once at load time,
+immutable afterwards. A model's API key never comes from YAML, only from the environment variable
+named by ``api_key_env_var``, read at call time so a rotated key is picked up without a reload.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from typing import Annotated, Any, Literal
+
+from pydantic import (
+    AfterValidator,
+    AliasChoices,
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    field_validator,
+    model_validator,
+)
+
+from guardcache.config_errors import FieldError, Problem, show
+from guardcache.errors import ConfigError
+from guardcache.prompts.templates import PositiveInt, reject_bool
+
+Engine = Literal["nim", "nvidia_ai_endpoints", "openai", "vllm_openai"]
+"""Engines guardcache serves, all with one OpenAI-compatible client."""
+
+DEFAULT_BASE_URLS: dict[str, str | None] = {
+    "nim": "https://integrate.api.nvidia.com/v1",
+    "nvidia_ai_endpoints": "https://integrate.api.nvidia.com/v1",
+    "openai": "https://api.openai.com/v1",
+    "vllm_openai": None,  # self-hosted: there is no sensible default
+}
+
+SECRET_PARAMETERS = frozenset({"api_key", "openai_api_key", "nvidia_api_key"})
+"""Keys refused anywhere in a model's config: a key comes from ``api_key_env_var``, never from YAML."""
+
+PositiveFloat = Annotated[float, BeforeValidator(reject_bool), Field(gt=0, allow_inf_nan=False)]
+_ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+STRICT = ConfigDict(extra="forbid", frozen=True)
+
+
+def null_is_empty(value: Any) -> Any:
+    """``cache:`` / ``stats:`` written with nothing after them mean the defaults, as in NeMo."""
+    return {} if value is None else value
+
+
+def _check_env_name(value: str) -> str:
+    if _ENV_NAME.fullmatch(value):
+        return value
+    bare = value.lstrip("$").strip("{}")
+    hint = f" (write {bare}, not {value})" if _ENV_NAME.fullmatch(bare) else ""
+    raise ValueError(f"expected the name of an environment variable{hint} (got {value!r})")
+
+
+EnvVarName = Annotated[str, AfterValidator(_check_env_name)]
+
+
+def _parameter_problems(params: dict[str, Any]) -> list[Problem]:
+    """Checks of the ``parameters`` guardcache itself reads; the rest pass through to the client."""
+    problems: list[Problem] = []
+    for key in ("base_url", "openai_api_base"):
+        url = params.get(key)
+        if key in params and not (isinstance(url, str) and url.startswith(("http://", "https://"))):
+            problems.append(
+                ((key,), f"expected an http(s) URL such as http://localhost:8000/v1 (got {url!r})")
+            )
+    # key -> (accepted types, lowest allowed value, whether the lowest is allowed, description)
+    checks: dict[str, tuple[tuple[type, ...], float, bool, str]] = {
+        "timeout": ((int, float), 0, False, "a number > 0"),
+        "max_tokens": ((int,), 0, False, "a whole number > 0"),
+        "temperature": ((int, float), 0, True, "a number >= 0"),
+    }
+    for key, (kinds, low, inclusive, what) in checks.items():
+        if key not in params:
+            continue
+        value = params[key]
+        ok = isinstance(value, kinds) and not isinstance(value, bool)
+        if ok:
+            number = float(value)
+            ok = number >= low if inclusive else number > low
+        if not ok:
+            problems.append(((key,), f"expected {what} (got {show(value)})"))
+    return problems
+
+
+class CacheStatsConfig(BaseModel):
+    """Whether a model's cache counts hits and misses, and how often it logs them."""
+
+    model_config = STRICT
+
+    enabled: bool = False
+    log_interval: PositiveFloat | None = None  # seconds between stats log lines; None: never
+
+
+class RedisConfig(BaseModel):
+    """The shared Redis tier of a model's cache. Give the URL, or the env var holding it (secrets)."""
+
+    model_config = STRICT
+
+    url: str | None = None
+    url_env_var: EnvVarName | None = None
+    ttl: PositiveInt = 86400  # seconds a verdict lives in Redis
+    key_prefix: str = Field(default="guardcache", min_length=1)
+    timeout_ms: PositiveInt = 50  # per Redis operation; past it the check falls back to the model
+    pool_size: PositiveInt = 16
+
+    @model_validator(mode="after")
+    def _one_url(self) -> RedisConfig:
+        if self.url is not None and self.url_env_var is not None:
+            raise FieldError("set either url or url_env_var, not both", ("url_env_var",))
+        if self.url is not None and not self.url.startswith(("redis://", "rediss://", "unix://")):
+            scheme = self.url.split("://", 1)[0] + "://" if "://" in self.url else "no scheme"
+            # Not echoing the URL: it may hold a password.
+            raise FieldError(f"expected a redis://, rediss:// or unix:// URL (got {scheme})", ("url",))
+        return self
+
+    def resolved_url(self) -> str | None:
+        """The URL to connect to: ``url``, or the value of ``url_env_var`` read now (None if unset)."""
+        if self.url_env_var is not None:
+            return os.environ.get(self.url_env_var) or None
+        return self.url
+
+
+class ModelCacheConfig(BaseModel):
+    """The verdict cache of one model. Off unless ``enabled: true``, as in NeMo Guardrails."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
+
+    enabled: bool = False
+    maxsize: PositiveInt = Field(
+        default=50000, validation_alias=AliasChoices("maxsize", "capacity_per_model")
+    )
+    store: Literal["memory", "redis"] = "memory"
+    stats: Annotated[CacheStatsConfig, BeforeValidator(null_is_empty)] = Field(
+        default_factory=CacheStatsConfig
+    )
+    redis: RedisConfig | None = None
+
+    @model_validator(mode="after")
+    def _redis_has_url(self) -> ModelCacheConfig:
+        if self.store == "redis" and (
+            self.redis is None or (self.redis.url is None and self.redis.url_env_var is None)
+        ):
+            raise FieldError(
+                "store: redis needs redis.url or redis.url_env_var "
+                "(e.g. redis: {url_env_var: GUARDCACHE_REDIS_URL})",
+                ("redis",),
+            )
+        return self
+
+
+class ModelConfig(BaseModel):
+    """One model: what serves it (``engine``, ``parameters.base_url``), its key's env var, its cache."""
+
+    model_config = STRICT
+
+    type: str = Field(min_length=1)
+    engine: Engine
+    model: str = Field(min_length=1)
+    parameters: dict[str, Any] = Field(default_factory=dict)
+    api_key_env_var: EnvVarName | None = None
+    mode: Literal["chat", "text"] = "chat"  # NeMo's field; guard checks always use chat
+    cache: Annotated[ModelCacheConfig, BeforeValidator(null_is_empty)] = Field(
+        default_factory=ModelCacheConfig
+    )
+
+    @model_validator(mode="before")
+    @classmethod
+    def _no_secrets_and_nemo_model_name(cls, data: Any) -> Any:
+        if not isinstance(data, dict):
+            return data
+        advice = (
+            "secrets do not belong in config files: put the key in an environment variable "
+            "and name it with api_key_env_var (e.g. api_key_env_var: NVIDIA_API_KEY)"
+        )
+        if "api_key" in data:
+            raise FieldError(advice, ("api_key",))
+        if "model_name" in data:  # NeMo's current content-safety example writes model_name:
+            if "model" in data:
+                raise FieldError("give the model name once, as `model`", ("model_name",))
+            data = {k: v for k, v in data.items() if k != "model_name"} | {"model": data["model_name"]}
+        params = data.get("parameters")
+        if isinstance(params, dict):
+            for key in params:
+                if key in SECRET_PARAMETERS:
+                    raise FieldError(advice, ("parameters", key))
+            # NeMo also takes the model name from parameters.model_name / parameters.model.
+            named = [k for k in ("model_name", "model") if k in params]
+            if named and "model" not in data:
+                params = dict(params)
+                data = {**data, "model": params.pop(named[0]), "parameters": params}
+            elif named:
+                raise FieldError(
+                    "the model name is given twice (model and parameters); keep only `model`",
+                    ("parameters", named[0]),
+                )
+        return data
+
+    @field_validator("type")
+    @classmethod
+    def _type_is_one_word(cls, value: str) -> str:
+        if value != value.strip() or any(c.isspace() for c in value):
+            raise ValueError(f"a model type is one word, used as $model=<type> (got {value!r})")
+        return value
+
+    @field_validator("parameters")
+    @classmethod
+    def _known_parameters(cls, params: dict[str, Any]) -> dict[str, Any]:
+        problems = _parameter_problems(params)
+        if problems:
+            raise FieldError("", problems=problems)
+        return params
+
+    @model_validator(mode="after")
+    def _has_base_url(self) -> ModelConfig:
+        if DEFAULT_BASE_URLS[self.engine] is None and self._given_base_url() is None:
+            raise FieldError(
+                f"engine {self.engine!r} has no default URL; set parameters.base_url "
+                "(e.g. http://localhost:8000/v1)",
+                ("parameters", "base_url"),
+            )
+        return self
+
+    def _given_base_url(self) -> str | None:
+        url = self.parameters.get("base_url") or self.parameters.get("openai_api_base")
+        return url if isinstance(url, str) else None
+
+    @property
+    def base_url(self) -> str:
+        """``parameters.base_url`` (or NeMo's ``openai_api_base``), else the engine's default; no
+        trailing slash, so ``f"{base_url}/chat/completions"`` is right."""
+        url = self._given_base_url() or DEFAULT_BASE_URLS[self.engine]
+        if url is None:  # unreachable after validation; kept for model_construct() users
+            raise ConfigError(f"model {self.type!r}: engine {self.engine!r} needs parameters.base_url")
+        return url.rstrip("/")
+
+    def api_key(self) -> str | None:
+        """The API key, read from ``api_key_env_var`` NOW (keys rotate; None if unset or empty)."""
+        if self.api_key_env_var is None:
+            return None
+        return os.environ.get(self.api_key_env_var) or None
+
+
+__all__ = [
+    "DEFAULT_BASE_URLS",
+    "SECRET_PARAMETERS",
+    "CacheStatsConfig",
+    "Engine",
+    "EnvVarName",
+    "ModelCacheConfig",
+    "ModelConfig",
+    "PositiveFloat",
+    "RedisConfig",
+    "null_is_empty",
+]
