@@ -1,0 +1,89 @@
+"""Start-up: turn a validated config into clients, caches and rails, once.
+
+Everything the per-request path needs is resolved here (prompts selected, namespaces digested,
+clients created), so a turn does no config work.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from guardcache.cache import CacheInterface
+from guardcache.config import RailGroup, RailsConfig
+from guardcache.config_models import ModelConfig
+from guardcache.errors import ConfigError
+from guardcache.flows import KNOWN_FLOWS
+from guardcache.library.check import LLMCheck
+from guardcache.library.content_safety.parsers import PARSERS
+from guardcache.llm.client import DEFAULT_TIMEOUT, ChatClient
+from guardcache.rails.caches import build_cache
+from guardcache.rails.rail import Rail
+
+PROVIDERS = {"nim": "nim", "nvidia_ai_endpoints": "nim", "openai": "openai", "vllm_openai": "vllm"}
+
+
+def build_client(model: ModelConfig) -> ChatClient:
+    """The OpenAI-compatible client of a model (connections pooled per base URL and event loop)."""
+    timeout = model.parameters.get("timeout")
+    return ChatClient(
+        model.base_url,
+        model=model.model,
+        api_key=model.api_key(),
+        provider=PROVIDERS.get(model.engine, model.engine),
+        timeout=float(timeout) if timeout is not None else DEFAULT_TIMEOUT,
+    )
+
+
+@dataclass
+class Runtime:
+    """The built pieces of one config."""
+
+    clients: dict[str, ChatClient] = field(default_factory=dict)
+    caches: dict[str, CacheInterface] = field(default_factory=dict)
+    input_rails: list[Rail] = field(default_factory=list)
+    output_rails: list[Rail] = field(default_factory=list)
+
+
+def _rails(config: RailsConfig, group: RailGroup, runtime: Runtime) -> list[Rail]:
+    rails: list[Rail] = []
+    for ref in group.flow_refs():
+        spec = KNOWN_FLOWS[ref.name]
+        model_type = ref.model_type
+        if model_type is None or spec.prompt_task is None:  # validated at load; kept for safety
+            raise ConfigError(f"{config.source or '<config>'}: flow {ref.text!r} needs $model=<type>")
+        model = config.model(model_type)
+        prompt = config.prompt_for(spec.prompt_task, model_type)
+        parser = PARSERS.get(prompt.output_parser or "")
+        if parser is None:
+            known = ", ".join(sorted(PARSERS))
+            raise ConfigError(
+                f"{config.source or '<config>'}: prompt {prompt.task!r}: unknown output_parser "
+                f"{prompt.output_parser!r} (known: {known})"
+            )
+        check = LLMCheck(
+            prompt=prompt,
+            parser=parser,
+            client=runtime.clients[model_type],
+            cache=runtime.caches.get(model_type),
+            model_type=model_type,
+            model_name=model.model,
+            params=model.parameters,
+        )
+        rails.append(Rail(ref=ref, spec=spec, check=check, on_error=group.on_error))
+    return rails
+
+
+def build_runtime(config: RailsConfig) -> Runtime:
+    """Clients and caches for every model, and the input and output rails in config order."""
+    runtime = Runtime()
+    for model in config.models:
+        runtime.clients[model.type] = build_client(model)
+        cache = build_cache(model)
+        if cache is not None:
+            runtime.caches[model.type] = cache
+    runtime.input_rails = _rails(config, config.rails.input, runtime)
+    runtime.output_rails = _rails(config, config.rails.output, runtime)
+    return runtime
+
+
+__all__ = ["Runtime", "build_client", "build_runtime"]
