@@ -1,0 +1,48 @@
+"""An OpenAI-compatible emulator of the NemoGuard NIMs, for tests, demos and benchmarks.
+
+Real HTTP on loopback, the exact response formats, a prefix (KV) cache and latency model calibrated
+to an 8B model on one H100, and seeded fault injection. Start one with ``EmulatorServer`` (current
+event loop), ``EmulatorServer(...).in_thread()`` (sync code) or ``EmulatorProcess`` (child process),
+or from the shell with ``guardcache emulate``.
+"""
+
+from .client import AdminClient, AsyncAdminClient, EmulatorAdminError
+from .config import (
+    DEFAULT_MODEL,
+    EmulatorConfig,
+    FaultConfig,
+    KVCacheConfig,
+    LatencyConfig,
+)
+from .engine import Emulator
+from .kvcache import KVCacheStats, PrefixCache
+from .policy import Policy
+from .process import READY_TAG, EmulatorProcess, parse_ready_line
+from .server import EmulatorServer, EmulatorStartError, ThreadedEmulator
+from .stats import EmulatorStats
+from .tokens import Tokenizer, input_digest, prompt_digest
+
+__all__ = [
+    "DEFAULT_MODEL",
+    "READY_TAG",
+    "AdminClient",
+    "AsyncAdminClient",
+    "Emulator",
+    "EmulatorAdminError",
+    "EmulatorConfig",
+    "EmulatorProcess",
+    "EmulatorServer",
+    "EmulatorStartError",
+    "EmulatorStats",
+    "FaultConfig",
+    "KVCacheConfig",
+    "KVCacheStats",
+    "LatencyConfig",
+    "Policy",
+    "PrefixCache",
+    "ThreadedEmulator",
+    "Tokenizer",
+    "input_digest",
+    "parse_ready_line",
+    "prompt_digest",
+]

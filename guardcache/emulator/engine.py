@@ -1,0 +1,232 @@
+"""The emulated inference server: one request's life from arrival to its last token.
+
+``Emulator`` owns everything stateful of one instance (prefix cache, admission gate, fault RNG,
+counters, the down switch) and knows nothing of HTTP; ``app.py`` maps it onto routes. A request:
+
+1. ``prepare``: render the chat template to tokens, count the prompt, decide the completion;
+2. ``admit``: optional hang, frontend overhead, a FIFO running slot, prefix-cache lookup, then the
+   prefill sleep; the result is a ``Generation`` holding the slot and its pinned KV blocks;
+3. the caller drains the ``Generation`` (all at once or token by token) and releases it.
+
+All methods run on the event loop that serves the emulator; nothing here is thread-safe.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from typing import Any
+
+from .config import EmulatorConfig, FaultConfig
+from .faults import Fault, FaultInjector
+from .kvcache import Allocation, PrefixCache
+from .metrics import EmulatorMetrics
+from .model import Decision, GuardModel, malformed
+from .policy import Policy
+from .protocol import ChatRequest
+from .scheduler import LatencyModel, SlotGate, Stopper
+from .stats import EmulatorStats
+from .tokens import Tokenizer, input_digest, prompt_digest_of_tokens
+
+
+@dataclass(frozen=True, slots=True)
+class Prepared:
+    """A validated request with its prompt tokens and the model's decision, not yet admitted."""
+
+    request: ChatRequest
+    prompt: list[str]
+    digest: str
+    decision: Decision
+    arrived_at: float
+
+
+class Generation:
+    """An admitted request: it holds a running slot and pinned KV blocks until ``release``."""
+
+    def __init__(
+        self,
+        emulator: Emulator,
+        prepared: Prepared,
+        alloc: Allocation,
+        content: str,
+    ) -> None:
+        self._emulator = emulator
+        self.prepared = prepared
+        self._alloc = alloc
+        limit = prepared.request.max_tokens
+        tokens = emulator.tokenizer.tokenize(content) or [""]
+        self.tokens = tokens[:limit]
+        self.finish_reason = "length" if len(tokens) > limit else "stop"
+        self.prompt_tokens = len(prepared.prompt)
+        self.cached_tokens = alloc.cached_tokens
+        self.first_token_at: float | None = None
+        self._released = False
+
+    @property
+    def content(self) -> str:
+        return "".join(self.tokens)
+
+    @property
+    def completion_tokens(self) -> int:
+        return len(self.tokens) if self.tokens != [""] else 0
+
+    async def finish(self) -> None:
+        """Decode the remaining tokens in one sleep (non-streaming responses)."""
+        emu = self._emulator
+        steps = len(self.tokens) - 1
+        if steps > 0:
+            await emu.stopper.sleep(steps * emu.latency.decode_step(emu.gate.running))
+
+    async def stream(self) -> AsyncIterator[str]:
+        """Yield the first token at once (it came with prefill), then one per decode step."""
+        emu = self._emulator
+        for i, token in enumerate(self.tokens):
+            if i:
+                await emu.stopper.sleep(emu.latency.decode_step(emu.gate.running))
+            yield token
+
+    def release(self, *, completed: bool) -> None:
+        """Free the slot and the KV blocks; count usage and latency if the answer was delivered."""
+        if self._released:
+            return
+        self._released = True
+        emu = self._emulator
+        emu.kv.release(self._alloc)
+        emu.gate.release()
+        if completed:
+            emu.metrics.record_usage(self.prompt_tokens, self.cached_tokens, self.completion_tokens)
+            emu.metrics.observe_latency(time.monotonic() - self.prepared.arrived_at)
+
+
+class Emulator:
+    """One emulated NIM: state, admin operations, and the request pipeline (see module doc)."""
+
+    def __init__(self, config: EmulatorConfig, policy: Policy | None = None) -> None:
+        self.config = config
+        if policy is None:
+            policy = Policy.from_file(config.policy_path) if config.policy_path else Policy.default()
+        self.policy = policy
+        self.model = GuardModel(policy, trailing_space=config.trailing_space)
+        self.tokenizer = Tokenizer(config.chars_per_token, config.system_preamble)
+        kv = config.kv_cache
+        self.kv = PrefixCache(kv.block_size, kv.capacity_blocks, kv.reuse)
+        self.latency = LatencyModel(config.latency)
+        self.gate = SlotGate(config.latency.max_running)
+        self.stopper = Stopper()
+        self.faults = FaultInjector(config.faults)
+        self.down = False
+        self.started_at = time.monotonic()
+        self.metrics = EmulatorMetrics(
+            gauges={
+                "requests_running": ("Requests holding a running slot.", self._running),
+                "requests_waiting": ("Requests queued for a running slot.", self._waiting),
+                "kv_cache_blocks": ("Blocks in the prefix cache.", self._kv_blocks),
+                "down": ("1 while the admin switch holds the server down.", self._down),
+            }
+        )
+
+    # -- request pipeline -------------------------------------------------------------------
+
+    def prepare(self, request: ChatRequest) -> Prepared:
+        """Tokenize, count the prompt, and decide the answer (cheap, synchronous)."""
+        prompt = self.tokenizer.render_chat(request.messages)
+        digest = prompt_digest_of_tokens(prompt)
+        self.metrics.record_prompt(digest)
+        decision = self.model.decide(request.messages)
+        return Prepared(request, prompt, digest, decision, time.monotonic())
+
+    def draw_fault(self) -> Fault | None:
+        fault = self.faults.draw()
+        if fault is not None:
+            self.metrics.record_fault(fault.value)
+        return fault
+
+    async def admit(self, prepared: Prepared, fault: Fault | None = None) -> Generation:
+        """Run the request up to its first token; the caller must ``release`` the result."""
+        if fault is Fault.HANG:
+            await self.stopper.sleep(self.faults.config.hang_seconds)
+        content = prepared.decision.content
+        if fault is Fault.MALFORMED:
+            content = malformed(content, self.faults.rng)
+        await self.stopper.sleep(self.latency.overhead())
+        await self.gate.acquire()
+        try:
+            match = self.kv.match(prepared.prompt)
+            now = time.monotonic()
+            # Early reuse: a reused block may still be in another request's prefill; wait for it.
+            start = max(now, match.ready_at) if self.latency.enabled else now
+            uncached = len(prepared.prompt) - match.cached_tokens
+            first_token_at = start + self.latency.prefill(uncached)
+            alloc = self.kv.commit(match, first_token_at)
+        except BaseException:
+            self.gate.release()
+            raise
+        generation = Generation(self, prepared, alloc, content)
+        try:
+            await self.stopper.sleep(first_token_at - now)
+        except BaseException:
+            generation.release(completed=False)
+            raise
+        generation.first_token_at = time.monotonic()
+        self.metrics.observe_ttft(generation.first_token_at - prepared.arrived_at)
+        return generation
+
+    async def classify(self, text: str) -> tuple[bool, float]:
+        """Jailbreak detection: a classifier, so one fixed latency and no KV cache."""
+        self.metrics.record_prompt(input_digest(text))
+        await self.stopper.sleep(self.latency.classify())
+        return self.model.classify_jailbreak(text)
+
+    def stop(self) -> None:
+        """Abandon every waiting or sleeping request (hangs included) so shutdown is prompt."""
+        self.stopper.stop()
+        self.gate.close()
+
+    # -- admin ----------------------------------------------------------------------------
+
+    def stats_dict(self, *, include_prompts: bool = True) -> dict[str, Any]:
+        """The ``/admin/stats`` JSON document."""
+        data = self.metrics.snapshot(include_prompts=include_prompts)
+        data.update(
+            running=self.gate.running,
+            waiting=self.gate.waiting,
+            down=self.down,
+            kv_cache=dataclasses.asdict(self.kv.stats()),
+            fault_config=dataclasses.asdict(self.faults.config),
+            model=self.config.model,
+            uptime_seconds=round(time.monotonic() - self.started_at, 3),
+        )
+        return data
+
+    def stats(self) -> EmulatorStats:
+        return EmulatorStats.from_dict(self.stats_dict())
+
+    def reset(self, *, flush_cache: bool = False) -> dict[str, Any]:
+        """Zero the counters and reseed the fault RNG; optionally empty the prefix cache."""
+        self.metrics.reset()
+        self.kv.reset_counters()
+        self.faults.reseed()
+        flushed = self.kv.flush() if flush_cache else 0
+        return {"reset": True, "flushed_blocks": flushed}
+
+    def set_down(self, down: bool) -> None:
+        """While down, every ``/v1/*`` endpoint answers 503; admin endpoints keep working."""
+        self.down = bool(down)
+
+    def set_faults(self, **changes: Any) -> FaultConfig:
+        """Change fault fields (rates, seed, hang_seconds, retry_after_seconds) and reseed."""
+        return self.faults.update(**changes)
+
+    def _running(self) -> float:
+        return float(self.gate.running)
+
+    def _waiting(self) -> float:
+        return float(self.gate.waiting)
+
+    def _kv_blocks(self) -> float:
+        return float(len(self.kv))
+
+    def _down(self) -> float:
+        return 1.0 if self.down else 0.0
