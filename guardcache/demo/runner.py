@@ -6,7 +6,9 @@ import asyncio
 import logging
 import sys
 import time
+from collections.abc import Coroutine
 from dataclasses import dataclass, field
+from typing import Any
 
 from guardcache.config import RailsConfig
 from guardcache.demo.workload import Turn
@@ -180,9 +182,20 @@ async def run_demo(
     guard_cfg = EmulatorConfig(port=0, latency=latency)
     kind = EmulatorServer if in_process else EmulatorProcess
     async with kind(main_cfg) as main, kind(guard_cfg) as guard:
-        common = {"main": main, "guard": guard, "concurrency": concurrency, "log_interval": log_interval}
-        off = await run_pass("caching off", workload, cache=False, **common)
-        on = await run_pass("caching on", workload, cache=True, **common)
+
+        def one(name: str, cache: bool) -> Coroutine[Any, Any, PassResult]:
+            return run_pass(
+                name,
+                workload,
+                main=main,
+                guard=guard,
+                cache=cache,
+                concurrency=concurrency,
+                log_interval=log_interval,
+            )
+
+        off = await one("caching off", False)
+        on = await one("caching on", True)
     return off, on
 
 

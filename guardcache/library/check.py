@@ -5,9 +5,10 @@ nothing of LLMs and the client nothing of caching. One :class:`LLMCheck` exists 
 built once at start-up, so the per-request path does no config work.
 
 Why the pieces are where they are:
-- The key is ``namespace.key(rendered prompt)``. The namespace digests the model type and name, the
+- The key is ``namespace.key(variables)``. The namespace digests the model type and name, the
   template fingerprint and the generation parameters, so a changed template or temperature can never
   serve an old verdict; normalization makes whitespace-only variants of one message share a verdict.
+  A hit renders nothing: the prompt is built only for a backend call.
 - The backend sees exactly the rendered template: static prefix first and byte-identical, user text
   last, one user message, fixed parameters. Nothing variable goes before the user text, so a server
   with KV-cache reuse (NIM, vLLM, TensorRT-LLM, llama.cpp) reuses the prefix on every request.
@@ -79,22 +80,31 @@ class LLMCheck:
         verdict = self.parser(result.content)  # ParseError propagates: never cached
         return CachedCheck(verdict, result.usage)
 
+    def key(self, variables: Mapping[str, str]) -> bytes:
+        """The cache key: the namespace (which fixes the template) and the normalized variables.
+
+        Keying on the variables rather than the rendered prompt is exact (the template is part of
+        the namespace), cheaper (no rendering on a hit), and stricter: a user text that mimics the
+        template's own separators cannot collide with a different (user, bot) pair.
+        """
+        if len(variables) == 1:
+            return self.namespace.key(next(iter(variables.values())))
+        return self.namespace.key([{"role": name, "content": value} for name, value in variables.items()])
+
     async def run(self, variables: Mapping[str, str]) -> CheckOutcome:
         """Decide; records the call (or its cached stand-in) in the current request's stats."""
-        messages = self.messages(variables)
         computed = False
 
         async def compute() -> CachedCheck:
             nonlocal computed
             computed = True
-            return await self._call(messages)
+            return await self._call(self.messages(variables))
 
         started = time.monotonic()
         if self.cache is None:
             value = await compute()
         else:
-            key = self.namespace.key(messages[0]["content"] if len(messages) == 1 else messages)
-            value = await self.cache.get_or_compute(key, compute)
+            value = await self.cache.get_or_compute(self.key(variables), compute)
         duration = time.monotonic() - started
         record_call(
             LLMCallInfo.from_usage(self.task, value.usage, duration=duration, from_cache=not computed)

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Mapping, Sequence
-from typing import Any
+from collections.abc import Coroutine, Mapping, Sequence
+from typing import Any, TypeVar
 
 from guardcache.cache import CacheInterface
 from guardcache.config import RailsConfig
@@ -25,6 +25,7 @@ from guardcache.rails.rail import Rail
 from guardcache.rails.turn import REFUSAL, CheckResult, TurnInfo
 
 Message = Mapping[str, str]
+T = TypeVar("T")
 
 
 def _last(messages: Sequence[Message], role: str) -> tuple[int, str] | None:
@@ -32,6 +33,15 @@ def _last(messages: Sequence[Message], role: str) -> tuple[int, str] | None:
         if messages[i].get("role") == role:
             return i, str(messages[i].get("content", ""))
     return None
+
+
+async def _closing_pools(coro: Coroutine[Any, Any, T]) -> T:
+    """Run a sync-API call's coroutine, then close the HTTP connections of its short-lived loop
+    (otherwise only the garbage collector frees them, with ResourceWarnings)."""
+    try:
+        return await coro
+    finally:
+        await aclose_all()
 
 
 class LLMRails:
@@ -79,7 +89,7 @@ class LLMRails:
             inputs = await self._run_group(
                 self._runtime.input_rails, {"user_input": user_input}, self.config.rails.input.parallel
             )
-            turn.checks = CheckResult(inputs)
+            turn.checks = CheckResult(tuple(inputs))
             if not all(r.allowed for r in inputs):
                 reply = REFUSAL
             else:
@@ -89,7 +99,7 @@ class LLMRails:
                     {"user_input": user_input, "bot_response": bot},
                     self.config.rails.output.parallel,
                 )
-                turn.checks = CheckResult(inputs, outputs)
+                turn.checks = CheckResult(tuple(inputs), tuple(outputs))
                 reply = bot if all(r.allowed for r in outputs) else REFUSAL
         self._last = turn
         return {"role": "assistant", "content": reply}
@@ -99,7 +109,7 @@ class LLMRails:
     ) -> dict[str, str]:
         """Blocking :meth:`generate_async`, for code without an event loop."""
         self._refuse_inside_loop("generate")
-        return asyncio.run(self.generate_async(messages, prompt=prompt))
+        return asyncio.run(_closing_pools(self.generate_async(messages, prompt=prompt)))
 
     async def check_async(self, messages: Sequence[Message]) -> CheckResult:
         """Run only the rails: input on the last user message, and output too when the last
@@ -129,7 +139,7 @@ class LLMRails:
     def check(self, messages: Sequence[Message]) -> CheckResult:
         """Blocking :meth:`check_async`."""
         self._refuse_inside_loop("check")
-        return asyncio.run(self.check_async(messages))
+        return asyncio.run(_closing_pools(self.check_async(messages)))
 
     def explain(self) -> TurnInfo:
         """The last turn this instance finished: its LLM calls (``from_cache`` marks hits) and rails."""
