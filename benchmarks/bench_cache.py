@@ -73,12 +73,15 @@ def timed(fn: Callable[[], int]) -> float:
     return (time.perf_counter() - start) / ops * 1e9
 
 
-def get_hits(make: Factory, n_ops: int) -> float:
+def get_hits(make: Factory, n_ops: int, alpha: float = 0.0) -> float:
+    """Hits only; keys drawn uniformly (alpha 0: every entry's group is large, the costly case) or
+    Zipf(alpha) (hot keys sit alone in their frequency group, as in real traffic)."""
     universe = keys(10_000, 1)
     cache = make(10_000)
     for k in universe:
         cache.put(k, b"v")
-    seq = [universe[i] for i in random.Random(2).choices(range(10_000), k=n_ops)]
+    weights = [1.0 / (r + 1) ** alpha for r in range(10_000)]
+    seq = [universe[i] for i in random.Random(2).choices(range(10_000), weights, k=n_ops)]
     get = cache.get
 
     def run() -> int:
@@ -162,7 +165,8 @@ def main() -> None:
     s = args.scale
     impls = factories()
     workloads: dict[str, Callable[[Factory], float]] = {
-        "get hit (1M @10k)": lambda m: get_hits(m, int(1_000_000 * s)),
+        "get hit (1M @10k, uniform)": lambda m: get_hits(m, int(1_000_000 * s)),
+        "get hit (1M @10k, Zipf 0.99)": lambda m: get_hits(m, int(1_000_000 * s), alpha=0.99),
         "put+evict (200k/100k keys)": lambda m: put_evict(m, int(200_000 * s)),
         "90/10 get/put": lambda m: mixed(m, int(500_000 * s)),
         "90/10 get/put, 2 threads": lambda m: mixed(m, int(500_000 * s), threads=2),

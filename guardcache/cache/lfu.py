@@ -127,7 +127,8 @@ class LFUCache(CacheInterface):
             nxt[i] = n
             prv[n] = i
         g = f + 1
-        oldest.setdefault(g, i)
+        if g not in oldest:
+            oldest[g] = i
         freq[i] = g
         self._accessed[i] = _now()
 
@@ -193,7 +194,8 @@ class LFUCache(CacheInterface):
                 nxt[i] = n
                 prv[n] = i
             g = f + 1
-            oldest.setdefault(g, i)
+            if g not in oldest:  # cheaper than setdefault: it is a plain bytecode, not a call
+                oldest[g] = i
             freq[i] = g
             self._accessed[i] = _now()
             return self._values[i]
@@ -254,7 +256,8 @@ class LFUCache(CacheInterface):
             prv[i] = 0
             nxt[i] = n
             prv[n] = i
-            oldest.setdefault(1, i)
+            if 1 not in oldest:
+                oldest[1] = i
             self._puts += 1
         finally:
             self._release()
