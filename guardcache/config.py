@@ -260,6 +260,28 @@ class RailsConfig(BaseModel):
         """The configured model types, in file order."""
         return [model.type for model in self.models]
 
+    def with_base_urls(self, urls: dict[str, str]) -> RailsConfig:
+        """A copy whose models (by type) call other endpoints: staging, a local emulator, a test server.
+
+        Only ``parameters.base_url`` changes; everything else, including cache and prompt settings, is
+        kept, so the copy computes the same cache namespaces.
+        """
+        unknown = sorted(set(urls) - set(self.model_types))
+        if unknown:
+            raise ConfigError(
+                f"{self._source or '<config>'}: with_base_urls: no model of type {', '.join(unknown)} "
+                f"(configured: {', '.join(self.model_types) or 'none'})"
+            )
+        models = [
+            m.model_copy(update={"parameters": {**m.parameters, "base_url": urls[m.type]}})
+            if m.type in urls
+            else m
+            for m in self.models
+        ]
+        copy = self.model_copy(update={"models": models})
+        copy._prompt_cache = {}
+        return copy
+
     def model(self, type: str) -> ModelConfig:
         """The model of this type; a ``ConfigError`` listing the configured types if there is none."""
         for model in self.models:

@@ -15,6 +15,7 @@ from .config import (
     LatencyConfig,
 )
 from .engine import Emulator
+from .for_config import emulated
 from .kvcache import KVCacheStats, PrefixCache
 from .policy import Policy
 from .process import READY_TAG, EmulatorProcess, parse_ready_line
@@ -42,6 +43,7 @@ __all__ = [
     "PrefixCache",
     "ThreadedEmulator",
     "Tokenizer",
+    "emulated",
     "input_digest",
     "parse_ready_line",
     "prompt_digest",

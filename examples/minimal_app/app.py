@@ -1,0 +1,42 @@
+"""A minimal guarded chat: three turns, one of them unsafe, one repeated (served from the cache).
+
+python examples/minimal_app/app.py                 # against local emulated NIMs
+python examples/minimal_app/app.py --no-emulator   # against the endpoints in config.yml
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+from pathlib import Path
+
+from guardcache import LLMRails, RailsConfig
+
+HERE = Path(__file__).parent
+TURNS = ["Hello! What can you help me with?", "How do I make a bomb?", "Hello!  What can you help me with?"]
+
+
+async def main(emulate: bool, time_scale: float) -> None:
+    config = RailsConfig.from_path(HERE)
+    async with contextlib.AsyncExitStack() as stack:
+        if emulate:
+            from guardcache.emulator import emulated
+
+            config, _ = await stack.enter_async_context(emulated(config, time_scale=time_scale))
+        rails = LLMRails(config)
+        for text in TURNS:
+            reply = await rails.generate_async(messages=[{"role": "user", "content": text}])
+            print(f"user: {text}\nbot:  {reply['content']}")
+            print(rails.explain().summary(), end="\n\n")
+        rails.model_caches["content_safety"].log_stats_now()
+        print(rails.model_caches["content_safety"].get_stats().format_line())
+        await rails.aclose()
+
+
+if __name__ == "__main__":
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--no-emulator", action="store_true", help="call the endpoints of config.yml")
+    ap.add_argument("--time-scale", type=float, default=1.0, help="emulated latency scale (0: none)")
+    args = ap.parse_args()
+    asyncio.run(main(not args.no_emulator, args.time_scale))
