@@ -141,6 +141,31 @@ class LLMRails:
         self._refuse_inside_loop("check")
         return asyncio.run(_closing_pools(self.check_async(messages)))
 
+    async def warm_up_async(self) -> dict[str, str | None]:
+        """Prime every guard backend once, before real traffic: returns flow -> error (None if ok).
+
+        One request per rail renders its template around a neutral text, so each server computes the
+        static prompt prefix into its KV cache and the connection pool opens, and the first users are
+        not cold. It matters most on servers that make a block reusable only after the request that
+        computed it finished (older TensorRT-LLM): without priming, a cold burst recomputes the prefix
+        in every request. The cache and its stats are not touched.
+        """
+        sample = {"user_input": "Hello!", "bot_response": "Hello! How can I help you today?"}
+        rails = [*self._runtime.input_rails, *self._runtime.output_rails]
+
+        async def prime(rail: Rail) -> str | None:
+            check = rail.check
+            try:
+                await check.client.complete(
+                    check.messages({k: sample[k] for k in rail.spec.variables}), **check.params
+                )
+            except Exception as exc:  # priming is best effort: report, never raise
+                return f"{type(exc).__name__}: {exc}"
+            return None
+
+        results = await asyncio.gather(*(prime(r) for r in rails))
+        return {rail.name: err for rail, err in zip(rails, results, strict=True)}
+
     def explain(self) -> TurnInfo:
         """The last turn this instance finished: its LLM calls (``from_cache`` marks hits) and rails."""
         if self._last is None:

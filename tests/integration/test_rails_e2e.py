@@ -111,3 +111,28 @@ async def test_concurrent_turns_keep_their_own_call_records(emulator_factory: Em
 
     results = await asyncio.gather(*(turn(i) for i in range(100)))
     assert all(n == 2 for _, n in results)
+
+
+async def test_warm_up_primes_the_server_prefix_cache_without_touching_ours(
+    emulator_factory: EmulatorFactory,
+) -> None:
+    guard = await emulator_factory()
+    rails = LLMRails(guard_config(guard.base_url))
+    errors = await rails.warm_up_async()
+    assert list(errors.values()) == [None, None]
+    assert (await guard.astats(prompts=False)).requests_total == 2
+    cache = rails.model_caches["content_safety"]
+    assert cache.size() == 0 and cache.get_stats().lookups == 0
+    await rails.check_async(user("a first real user"))
+    first = rails.explain().llm_calls[0]
+    assert not first.from_cache and first.cached_prompt_tokens >= 256  # the prefix was already there
+
+
+async def test_warm_up_reports_an_unreachable_backend_instead_of_raising(
+    emulator_factory: EmulatorFactory,
+) -> None:
+    guard = await emulator_factory()
+    await guard.aset_down(True)
+    rails = LLMRails(guard_config(guard.base_url))
+    errors = await rails.warm_up_async()
+    assert all(err and "503" in err for err in errors.values())
