@@ -72,7 +72,7 @@ def test_empty_frequency_groups_do_not_pile_up() -> None:
     c = filled(4, "a", "b", "c", "d")
     for _ in range(1000):
         c.get("a")
-    assert len(c._oldest) <= c.size()  # one group per distinct frequency present, at most
+    assert len(c._s.oldest) <= c.size()  # one group per distinct frequency present, at most
 
 
 def test_capacity_zero_stores_nothing() -> None:

@@ -1,0 +1,246 @@
+"""The LFU structure and its two hot paths, ``get`` and ``put``, as closures.
+
+The structure: one doubly linked list of all entries, grouped by frequency in ascending order, newest
+first within a group. ``oldest`` maps each frequency present to its group's oldest entry (the group's
+last node), which is both where that group is evicted from and where the next group begins. So:
+
+- an access moves an entry from group f to the FRONT of group f+1, i.e. right after ``oldest[f]``
+  (or nowhere at all, when the entry was itself the oldest of f): one dict read, nine list writes;
+- the victim is ``oldest[f]`` of the first group; a new entry goes right after the sentinel;
+- an emptied group leaves nothing behind (there are no per-frequency list objects to pile up).
+
+Entries live in parallel arrays indexed by a slot number (struct of arrays), not in one object per
+entry: ~140 bytes an entry instead of ~210 for node objects, nothing for the garbage collector to
+track, and an evicted slot is reused by the put that evicted it. Slot 0 is the sentinel (frequency 0,
+which no entry has). The containers are mutated in place, never replaced, so closures over them stay
+valid across ``clear()``.
+
+Why closures: ``get`` and ``put`` are the product's hot path. As closures over the containers and
+their counters (``nonlocal`` ints), they read cells instead of instance attributes and take the RLock
+with ``acquire``/``release`` rather than ``with`` (measured on CPython 3.11: ~10% and ~140 ns per call
+less, respectively). This is the technique of the pure-Python ``functools.lru_cache``.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from array import array
+from collections.abc import Callable, Hashable
+from typing import Any
+
+_now = time.time  # wall clock for created_at/accessed_at
+
+
+class Structure:
+    """The containers of one cache. Every method expects the caller to hold the cache's lock."""
+
+    def __init__(self) -> None:
+        self.index: dict[Hashable, int] = {}
+        self.keys: list[Any] = [None]
+        self.values: list[Any] = [None]
+        self.freq: list[int] = [0]
+        self.prev: list[int] = [0]
+        self.next: list[int] = [0]
+        self.created = array("d", [0.0])
+        # None until the first access after the put: a float object (24 B) is only kept for entries
+        # that were read again, and a list store is ~50 ns cheaper than an array store on a hit.
+        self.accessed: list[float | None] = [None]
+        self.oldest: dict[int, int] = {}  # frequency -> slot of that group's oldest entry
+        self.free: list[int] = []
+
+    def touch(self, i: int) -> None:
+        """Count an access of slot ``i``: move it to the front of the next frequency group."""
+        freq, oldest, prv, nxt = self.freq, self.oldest, self.prev, self.next
+        f = freq[i]
+        t = oldest[f]
+        if t == i:  # already at the boundary: the front of group f+1 is right here
+            p = prv[i]
+            if freq[p] == f:
+                oldest[f] = p
+            else:
+                del oldest[f]
+        else:
+            p = prv[i]
+            n = nxt[i]
+            nxt[p] = n
+            prv[n] = p
+            n = nxt[t]
+            nxt[t] = i
+            prv[i] = t
+            nxt[i] = n
+            prv[n] = i
+        g = f + 1
+        if g not in oldest:
+            oldest[g] = i
+        freq[i] = g
+        self.accessed[i] = _now()
+
+    def remove(self, key: Hashable) -> bool:
+        """Unlink ``key`` and free its slot (not an eviction)."""
+        i = self.index.pop(key, None)
+        if i is None:
+            return False
+        freq, prv, nxt, oldest = self.freq, self.prev, self.next, self.oldest
+        f = freq[i]
+        p = prv[i]
+        n = nxt[i]
+        if oldest[f] == i:
+            if freq[p] == f:
+                oldest[f] = p
+            else:
+                del oldest[f]
+        nxt[p] = n
+        prv[n] = p
+        self.keys[i] = self.values[i] = None
+        self.free.append(i)
+        return True
+
+    def reset(self) -> None:
+        """Empty every container in place (closures keep pointing at the same objects)."""
+        self.index.clear()
+        for seq in (self.keys, self.values, self.freq, self.prev, self.next, self.created, self.accessed):
+            del seq[1:]
+        self.prev[0] = self.next[0] = 0
+        self.oldest.clear()
+        self.free.clear()
+
+    def eviction_order(self) -> list[Hashable]:
+        """Keys from the next victim to the safest (O(n))."""
+        groups: list[list[Hashable]] = []
+        last_freq = -1
+        i = self.next[0]
+        while i:
+            if self.freq[i] != last_freq:
+                last_freq = self.freq[i]
+                groups.append([])
+            groups[-1].append(self.keys[i])
+            i = self.next[i]
+        return [key for group in groups for key in reversed(group)]
+
+
+Counters = tuple[int, int, int, int, int]  # hits, misses, puts, evictions, updates
+
+
+def hot_paths(
+    s: Structure, lock: threading.RLock, maxsize: int
+) -> tuple[
+    Callable[[Hashable, Any], Any],
+    Callable[[Hashable, Any], None],
+    Callable[[], Counters],
+    Callable[[], None],
+]:
+    """``get``, ``put``, a counter snapshot and a counter reset, sharing the structure and the lock."""
+    acquire, release = lock.acquire, lock.release
+    index, keys, values, freq, prv, nxt = s.index, s.keys, s.values, s.freq, s.prev, s.next
+    created, accessed, oldest, free, touch = s.created, s.accessed, s.oldest, s.free, s.touch
+    hits = misses = puts = evictions = updates = 0
+
+    def get(key: Hashable, default: Any = None) -> Any:
+        nonlocal hits, misses
+        acquire()
+        try:
+            i = index.get(key)
+            if i is None:
+                misses += 1
+                return default
+            hits += 1
+            # touch(i), inlined
+            f = freq[i]
+            t = oldest[f]
+            if t == i:
+                p = prv[i]
+                if freq[p] == f:
+                    oldest[f] = p
+                else:
+                    del oldest[f]
+            else:
+                p = prv[i]
+                n = nxt[i]
+                nxt[p] = n
+                prv[n] = p
+                n = nxt[t]
+                nxt[t] = i
+                prv[i] = t
+                nxt[i] = n
+                prv[n] = i
+            g = f + 1
+            if g not in oldest:
+                oldest[g] = i
+            freq[i] = g
+            accessed[i] = _now()
+            return values[i]
+        finally:
+            release()
+
+    def put(key: Hashable, value: Any) -> None:
+        nonlocal puts, evictions, updates
+        acquire()
+        try:
+            i = index.get(key)
+            if i is not None:
+                values[i] = value
+                updates += 1
+                touch(i)
+                created[i] = accessed[i]  # type: ignore[assignment]  # touch() just set it
+                return
+            if maxsize == 0:
+                return
+            now = _now()
+            if len(index) >= maxsize:
+                # Evict the oldest entry of the lowest frequency group (remove() inlined: hot).
+                f = freq[nxt[0]]
+                i = oldest[f]
+                p = prv[i]
+                n = nxt[i]
+                nxt[p] = n
+                prv[n] = p
+                if freq[p] == f:
+                    oldest[f] = p
+                else:
+                    del oldest[f]
+                del index[keys[i]]
+                evictions += 1
+                freq[i] = 1
+                created[i] = now
+                accessed[i] = None
+            elif free:
+                i = free.pop()
+                freq[i] = 1
+                created[i] = now
+                accessed[i] = None
+            else:
+                i = len(keys)
+                keys.append(None)
+                values.append(None)
+                freq.append(1)
+                prv.append(0)
+                nxt.append(0)
+                created.append(now)
+                accessed.append(None)
+            keys[i] = key
+            values[i] = value
+            index[key] = i
+            # New entries go to the front of group 1, which is the front of the list.
+            n = nxt[0]
+            nxt[0] = i
+            prv[i] = 0
+            nxt[i] = n
+            prv[n] = i
+            if 1 not in oldest:
+                oldest[1] = i
+            puts += 1
+        finally:
+            release()
+
+    def counters() -> Counters:
+        return hits, misses, puts, evictions, updates
+
+    def reset() -> None:
+        nonlocal hits, misses, puts, evictions, updates
+        hits = misses = puts = evictions = updates = 0
+
+    return get, put, counters, reset
+
+
+__all__ = ["Counters", "Structure", "hot_paths"]
