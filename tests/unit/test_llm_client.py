@@ -399,7 +399,7 @@ async def test_retries_are_logged_at_warning_without_user_text(
 @given(
     retry_index=st.integers(min_value=0, max_value=2_000),
     rand=st.floats(min_value=0.0, max_value=1.0, exclude_max=True),
-    initial=st.floats(min_value=0.0, max_value=5.0),
+    initial=st.floats(min_value=0.0, max_value=5.0, allow_subnormal=False),  # denormal products round
     maximum=st.floats(min_value=0.0, max_value=30.0),
     multiplier=st.floats(min_value=1.0, max_value=10.0),
 )
