@@ -23,6 +23,7 @@ Not thread-safe: one emulator instance drives it from its event loop.
 from __future__ import annotations
 
 import hashlib
+import json
 from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -79,16 +80,18 @@ class KVCacheStats:
 
 
 def chain_keys(tokens: Sequence[str], block_size: int) -> tuple[bytes, ...]:
-    """Hash-chain keys of the full blocks of ``tokens`` (a partial tail block has no key)."""
+    """Hash-chain keys of the full blocks of ``tokens`` (a partial tail block has no key).
+
+    Each block is hashed as its parent's key plus the JSON list of its tokens: an unambiguous
+    encoding made in one C call per block (per-token updates cost ~0.5 ms a request, most of the
+    emulator's CPU).
+    """
     keys: list[bytes] = []
     parent = b""
+    dumps = json.dumps
     for start in range(0, len(tokens) - block_size + 1, block_size):
-        h = hashlib.blake2b(parent, digest_size=16)
-        for token in tokens[start : start + block_size]:
-            data = token.encode("utf-8")
-            h.update(len(data).to_bytes(4, "little"))
-            h.update(data)
-        parent = h.digest()
+        block = dumps(tokens[start : start + block_size], ensure_ascii=False).encode("utf-8")
+        parent = hashlib.blake2b(parent + block, digest_size=16).digest()
         keys.append(parent)
     return tuple(keys)
 
