@@ -108,6 +108,9 @@ class RedisConfig(BaseModel):
     key_prefix: str = Field(default="guardcache", min_length=1)
     timeout_ms: PositiveInt = 50  # per Redis operation; past it the check falls back to the model
     pool_size: PositiveInt = 16
+    # How long one replica may hold a key's lease while it calls the model (cross-replica single
+    # flight); longer than a healthy check. A crashed leader delays the others by at most this.
+    lease_ms: PositiveInt = 5000
 
     @model_validator(mode="after")
     def _one_url(self) -> RedisConfig:

@@ -16,10 +16,6 @@ from guardcache.errors import ConfigError
 if TYPE_CHECKING:
     from guardcache.cache.redis import RedisSettings
 
-#: How long a replica may hold a key's lease while it calls the backend (cross-replica single
-#: flight). Longer than a healthy check; a crashed leader delays the others by at most this.
-DEFAULT_LEASE_MS = 5000
-
 
 def build_cache(model: ModelConfig) -> CacheInterface | None:
     """The model's cache, or None when caching is off for it.
@@ -80,8 +76,8 @@ def redis_settings(model: ModelConfig) -> RedisSettings:
         key_prefix=redis_cfg.key_prefix,
         timeout_ms=float(redis_cfg.timeout_ms),
         pool_size=redis_cfg.pool_size,
-        lease_ms=DEFAULT_LEASE_MS,
+        lease_ms=redis_cfg.lease_ms,
     )
 
 
-__all__ = ["DEFAULT_LEASE_MS", "build_cache", "redis_settings"]
+__all__ = ["build_cache", "redis_settings"]

@@ -35,15 +35,6 @@ def _last(messages: Sequence[Message], role: str) -> tuple[int, str] | None:
     return None
 
 
-async def _closing_pools(coro: Coroutine[Any, Any, T]) -> T:
-    """Run a sync-API call's coroutine, then close the HTTP connections of its short-lived loop
-    (otherwise only the garbage collector frees them, with ResourceWarnings)."""
-    try:
-        return await coro
-    finally:
-        await aclose_all()
-
-
 class LLMRails:
     """Guardrails around a main model, configured by a :class:`RailsConfig`.
 
@@ -109,7 +100,7 @@ class LLMRails:
     ) -> dict[str, str]:
         """Blocking :meth:`generate_async`, for code without an event loop."""
         self._refuse_inside_loop("generate")
-        return asyncio.run(_closing_pools(self.generate_async(messages, prompt=prompt)))
+        return asyncio.run(self._closing(self.generate_async(messages, prompt=prompt)))
 
     async def check_async(self, messages: Sequence[Message]) -> CheckResult:
         """Run only the rails: input on the last user message, and output too when the last
@@ -139,7 +130,7 @@ class LLMRails:
     def check(self, messages: Sequence[Message]) -> CheckResult:
         """Blocking :meth:`check_async`."""
         self._refuse_inside_loop("check")
-        return asyncio.run(_closing_pools(self.check_async(messages)))
+        return asyncio.run(self._closing(self.check_async(messages)))
 
     async def warm_up_async(self) -> dict[str, str | None]:
         """Prime every guard backend once, before real traffic: returns flow -> error (None if ok).
@@ -173,10 +164,25 @@ class LLMRails:
         return self._last
 
     async def aclose(self) -> None:
-        """Close pooled HTTP connections of the running loop."""
-        await aclose_all()
+        """Flush and close what this loop opened: shared-tier stats and connections, HTTP pools."""
+        await self._close_loop_resources(flush=True)
 
     # -- internals -------------------------------------------------------------------------------
+
+    async def _close_loop_resources(self, *, flush: bool) -> None:
+        for cache in self.model_caches.values():
+            close = getattr(cache, "aclose", None)  # the Redis tier: its connections are per loop
+            if close is not None:
+                await close(flush=flush)
+        await aclose_all()
+
+    async def _closing(self, coro: Coroutine[Any, Any, T]) -> T:
+        """Run a sync-API call's coroutine, then close the connections of its short-lived loop
+        (otherwise only the garbage collector frees them, with ResourceWarnings)."""
+        try:
+            return await coro
+        finally:
+            await self._close_loop_resources(flush=False)
 
     @staticmethod
     def _messages(messages: Sequence[Message] | None, prompt: str | None) -> list[Message]:

@@ -19,6 +19,7 @@ from typing import Any
 import pytest
 
 from guardcache.emulator import EmulatorConfig, EmulatorServer, LatencyConfig
+from tests.integration.redis_support import redis_server, redis_url  # noqa: F401  (fixtures for every test)
 
 EmulatorFactory = Callable[..., Awaitable[EmulatorServer]]
 

@@ -7,7 +7,8 @@ import asyncio
 from langchain_core.language_models.fake_chat_models import FakeListChatModel
 
 from guardcache import REFUSAL, LLMRails
-from tests.integration.conftest import EmulatorFactory
+from guardcache.emulator import EmulatorServer
+from tests.integration.conftest import TEST_DEFAULT_CONFIG, EmulatorFactory
 from tests.integration.rails_support import guard_config, user
 
 
@@ -136,3 +137,15 @@ async def test_warm_up_reports_an_unreachable_backend_instead_of_raising(
     rails = LLMRails(guard_config(guard.base_url))
     errors = await rails.warm_up_async()
     assert all(err and "503" in err for err in errors.values())
+
+
+def test_the_blocking_api_works_from_plain_code_repeatedly() -> None:
+    # The emulator gets its own thread and loop: the blocking API runs a loop of its own per call.
+    with EmulatorServer(TEST_DEFAULT_CONFIG).in_thread() as emu:
+        rails = LLMRails(guard_config(emu.base_url), llm=FakeListChatModel(responses=["ok"]))
+        first = rails.generate(messages=user("hello there"))
+        second = rails.generate(messages=user("hello there"))  # a new event loop, the same cache
+        assert first == second == {"role": "assistant", "content": "ok"}
+        assert rails.explain().cache_hits == 2
+        assert rails.check(user("hello there")).allowed
+        assert emu.stats(prompts=False).requests_total == 2

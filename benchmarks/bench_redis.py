@@ -1,0 +1,265 @@
+"""Shared Redis tier benchmark: four replicas with per-process caches vs the same four behind Redis.
+
+    python benchmarks/bench_redis.py [--replicas 4] [--checks 3000] [--concurrency 16]
+
+Runs, against ONE NIM emulator in its own process (``EmulatorProcess``, calibrated latency) and one
+``redis-server`` it starts on a free loopback port:
+
+1. ``store: memory``: N replica processes (``tests/integration/redis_replica.py``), each firing its
+   own Zipf workload (alpha 0.99 over a shared universe of messages, plus 25% messages never seen
+   again), all released at the same moment;
+2. ``store: redis``: the same N workloads, sharing the Redis tier (``timeout_ms`` 50, the default);
+3. ONE replica alone running the union of the N workloads (``store: memory``, an L1 that never
+   evicts): the fewest backend calls any single process could make.
+
+It prints backend calls and p50/p99 check latency side by side (target: the redis replicas together
+make no more backend calls than the lone replica, within 2%), then the cost of one Redis hit (L1
+empty, value in Redis) on loopback, p50 (target < 0.5 ms), next to a bare redis-py GET. Needs the
+``server`` and ``redis`` extras and ``redis-server`` on PATH. Not part of the test run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import random
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))  # for the replica script and the redis-server helper in tests/
+
+from guardcache.cache import LFUCache  # noqa: E402
+from guardcache.cache.redis import RedisSettings, build_tiered_cache  # noqa: E402
+from guardcache.emulator import DEFAULT_MODEL, EmulatorConfig, EmulatorProcess  # noqa: E402
+from guardcache.library import codec  # noqa: E402
+from guardcache.library.verdict import CachedCheck, Verdict  # noqa: E402
+from guardcache.llm.types import Usage  # noqa: E402
+from tests.integration.redis_support import RedisServer  # noqa: E402
+
+REPLICA = ROOT / "tests" / "integration" / "redis_replica.py"
+
+
+def zipf_workload(seed: int, checks: int, universe: int, alpha: float, unique_share: float) -> list[str]:
+    """``checks`` messages: Zipf(alpha) draws from a universe shared by all replicas, and a share of
+    messages unique to this replica and position (never repeated anywhere)."""
+    rng = random.Random(seed)
+    weights = [1.0 / (rank**alpha) for rank in range(1, universe + 1)]
+    out = []
+    for i in range(checks):
+        if rng.random() < unique_share:
+            out.append(f"replica {seed} one-off question number {i}: is this message safe?")
+        else:
+            (rank,) = rng.choices(range(universe), weights=weights)
+            out.append(f"Popular question {rank}: how do I reset my account password?")
+    return out
+
+
+def write_config(folder: Path, base_url: str, store: str, redis_url: str, timeout_ms: int) -> Path:
+    folder.mkdir(parents=True, exist_ok=True)
+    redis = (
+        f"\n      redis: {{url: '{redis_url}', ttl: 3600, key_prefix: bench, timeout_ms: {timeout_ms}}}"
+        if store == "redis"
+        else ""
+    )
+    (folder / "config.yml").write_text(
+        f"""
+models:
+  - type: content_safety
+    engine: nim
+    model: {DEFAULT_MODEL}
+    parameters: {{base_url: "{base_url}", timeout: 30}}
+    cache:
+      enabled: true
+      maxsize: 100000
+      store: {store}{redis}
+rails:
+  input:
+    flows:
+      - content safety check input $model=content_safety
+""",
+        encoding="utf-8",
+    )
+    return folder
+
+
+async def run_replicas(config: Path, workloads: list[list[str]], concurrency: int, tmp: Path) -> list[Any]:
+    procs = []
+    for i, messages in enumerate(workloads):
+        path = tmp / f"workload-{i}.json"
+        path.write_text(json.dumps(messages), encoding="utf-8")
+        procs.append(
+            await asyncio.create_subprocess_exec(
+                sys.executable,
+                str(REPLICA),
+                "--config",
+                str(config),
+                "--messages",
+                str(path),
+                "--concurrency",
+                str(concurrency),
+                stdin=asyncio.subprocess.PIPE,
+                stdout=asyncio.subprocess.PIPE,
+                stderr=asyncio.subprocess.PIPE,
+            )
+        )
+    for proc in procs:
+        assert proc.stdout is not None
+        ready = await proc.stdout.readline()
+        if ready.strip() != b"READY":
+            raise RuntimeError(f"replica did not start: {ready!r}")
+    for proc in procs:
+        assert proc.stdin is not None
+        proc.stdin.write(b"go\n")
+        await proc.stdin.drain()
+    reports = []
+    for proc in procs:
+        out, err = await proc.communicate()
+        if proc.returncode != 0:
+            raise RuntimeError(f"a replica failed:\n{err.decode(errors='replace')[-3000:]}")
+        report = json.loads(out.decode().strip().splitlines()[-1])
+        report["warning_lines"] = sum("unavailable" in line for line in err.decode().splitlines())
+        reports.append(report)
+    return reports
+
+
+def percentile(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
+
+
+async def scenario(
+    name: str,
+    emu: EmulatorProcess,
+    redis: RedisServer,
+    store: str,
+    workloads: list[list[str]],
+    concurrency: int,
+    timeout_ms: int = 50,
+) -> dict[str, Any]:
+    redis.client().flushall()
+    await emu.areset(flush_cache=True)
+    with tempfile.TemporaryDirectory() as tmp:
+        config = write_config(Path(tmp) / "config", emu.base_url, store, redis.url, timeout_ms)
+        started = time.perf_counter()
+        reports = await run_replicas(config, workloads, concurrency, Path(tmp))
+        wall = time.perf_counter() - started
+    stats = await emu.astats(prompts=False)
+    latencies = [x for r in reports for x in r["latencies"]]
+    errors = sum(1 for r in reports for res in r["results"] if res["error"])
+    return {
+        "name": name,
+        "checks": len(latencies),
+        "backend_calls": stats.requests_total,
+        "p50_ms": percentile(latencies, 0.5) * 1000,
+        "p99_ms": percentile(latencies, 0.99) * 1000,
+        "wall_s": wall,
+        "errors": errors,
+        "lease_waits": sum((r["tier"] or {}).get("lease_waits", 0) for r in reports),
+        "l2_errors": sum((r["tier"] or {}).get("l2_errors", 0) for r in reports),
+        "l2_hits": sum((r["tier"] or {}).get("l2_hits", 0) for r in reports),
+        "warning_lines": sum(r["warning_lines"] for r in reports),
+    }
+
+
+async def redis_hit_cost(url: str, n: int = 3000) -> tuple[float, float]:
+    """p50 ms of a get_or_compute served by Redis (L1 empty), and of a bare redis-py GET."""
+    value = CachedCheck(Verdict(True, (), "safe"), Usage(400, 6, 406, 256, DEFAULT_MODEL, "nim"))
+    settings = RedisSettings(url=url, key_prefix="benchhit", timeout_ms=50)
+    writer = build_tiered_cache(LFUCache(n), codec=codec, settings=settings, scope="cs:0")
+    keys = [i.to_bytes(32, "big") for i in range(n)]
+    for key in keys:
+        await writer.aput(key, value)
+    reader = build_tiered_cache(LFUCache(n), codec=codec, settings=settings, scope="cs:0")
+
+    async def never() -> CachedCheck:
+        raise AssertionError("a Redis hit must not call the backend")
+
+    await reader.get_or_compute(b"warm" * 8, lambda: value)  # connect first
+    tier_times = []
+    for key in keys:
+        t0 = time.perf_counter()
+        await reader.get_or_compute(key, never)
+        tier_times.append(time.perf_counter() - t0)
+    client = reader.store._client().client
+    raw_times = []
+    for key in keys:
+        t0 = time.perf_counter()
+        await client.get(writer.store.keys.value_key(key))
+        raw_times.append(time.perf_counter() - t0)
+    assert reader.tier_stats().l2_hits == n
+    await reader.aclose()
+    await writer.aclose()
+    return percentile(tier_times, 0.5) * 1000, percentile(raw_times, 0.5) * 1000
+
+
+async def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+    parser.add_argument("--replicas", type=int, default=4)
+    parser.add_argument("--checks", type=int, default=3000, help="checks per replica")
+    parser.add_argument("--universe", type=int, default=2000, help="distinct popular messages")
+    parser.add_argument("--alpha", type=float, default=0.99)
+    parser.add_argument("--unique-share", type=float, default=0.25)
+    parser.add_argument("--concurrency", type=int, default=8, help="checks in flight per replica")
+    parser.add_argument("--timeout-ms", type=int, default=50, help="the Redis budget (config default 50)")
+    parser.add_argument("--time-scale", type=float, default=1.0, help="emulator latency scale")
+    args = parser.parse_args()
+
+    workloads = [
+        zipf_workload(seed, args.checks, args.universe, args.alpha, args.unique_share)
+        for seed in range(args.replicas)
+    ]
+    union = [m for w in workloads for m in w]
+    print(
+        f"workload: {args.replicas} replicas x {args.checks} checks, Zipf alpha {args.alpha} over "
+        f"{args.universe} messages + {args.unique_share:.0%} one-off; {len(set(union))} distinct in "
+        f"the union; {args.concurrency} in flight per replica; emulator time_scale {args.time_scale}"
+    )
+    emu_config = EmulatorConfig(port=0).merged(latency={"time_scale": args.time_scale})
+    with tempfile.TemporaryDirectory() as redis_dir:
+        redis = RedisServer(Path(redis_dir))
+        redis.start()
+        try:
+            # First, while the machine is quiet: the cost of one Redis hit.
+            hit_p50, get_p50 = await redis_hit_cost(redis.url)
+            async with EmulatorProcess(emu_config) as emu:
+                n = args.concurrency
+                rows = [
+                    await scenario("memory", emu, redis, "memory", workloads, n),
+                    await scenario("redis", emu, redis, "redis", workloads, n, args.timeout_ms),
+                    # one process with the same total load in flight as the N replicas
+                    await scenario("one replica, union", emu, redis, "memory", [union], n * len(workloads)),
+                ]
+        finally:
+            redis.kill()
+
+    print(
+        f"\n{'scenario':<22}{'checks':>8}{'backend calls':>15}{'p50 ms':>9}{'p99 ms':>9}"
+        f"{'wall s':>8}{'L2 hits':>9}{'L2 errors':>11}{'lease waits':>13}"
+    )
+    for r in rows:
+        print(
+            f"{r['name']:<22}{r['checks']:>8}{r['backend_calls']:>15}{r['p50_ms']:>9.2f}"
+            f"{r['p99_ms']:>9.1f}{r['wall_s']:>8.1f}{r['l2_hits']:>9}{r['l2_errors']:>11}"
+            f"{r['lease_waits']:>13}" + (f"   ({r['errors']} failed checks)" if r["errors"] else "")
+        )
+    memory, alone = rows[0], rows[-1]
+    for shared in rows[1:-1]:
+        print(
+            f"{shared['name']}: backend calls vs memory "
+            f"{shared['backend_calls'] / memory['backend_calls']:.2f}x, vs one replica alone "
+            f"{shared['backend_calls'] / alone['backend_calls']:.3f} (target <= 1.02); "
+            f"{shared['warning_lines']} WARNING lines logged by the {len(workloads)} replicas"
+        )
+    print(
+        f"Redis hit (L1 empty, value in Redis), p50: {hit_p50:.3f} ms (target < 0.5 ms); "
+        f"bare redis-py GET p50: {get_p50:.3f} ms"
+    )
+
+
+if __name__ == "__main__":
+    asyncio.run(main())

@@ -1,0 +1,124 @@
+"""Redis key layout of the shared tier.
+
+One model's entries live under ``{prefix}:{scope}:``; a value is ``{prefix}:{scope}:{<hex digest>}``,
+its lease ``{prefix}:{scope}:{<hex digest>}:lease`` and the model's shared counters
+``{prefix}:{scope}:stats``. Why this shape:
+
+- ``scope`` (e.g. ``content_safety:1a2b3c4d``: model type + a short hash of the model name) exists for
+  operators: the CLI can count or clear one model with ``SCAN MATCH {prefix}:{scope}:*``. It is NOT
+  what keeps models apart: the digest already covers model, template and parameters.
+- The braces around the digest are a Redis Cluster hash tag. A value and its lease hash to the same
+  slot, so one Lua script may touch both, while different digests still spread over every slot
+  (tagging the scope instead would pin a whole model to one node).
+- Only digests and fixed words appear in keys: no user text ever reaches Redis.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from collections.abc import Hashable
+from dataclasses import dataclass
+
+_UNSAFE_SCOPE_CHARS = re.compile(r"[^A-Za-z0-9_.\-]")
+_GLOB_SPECIALS = re.compile(r"([*?\[\]\\])")
+
+LEASE_SUFFIX = ":lease"
+STATS_SUFFIX = "stats"
+
+
+def model_scope(model_type: str, model_name: str) -> str:
+    """``{model type}:{8 hex of blake2b(model name)}``, safe inside a key and a SCAN pattern.
+
+    The model name is hashed because it may hold slashes, colons and other noise; the type is kept
+    readable (characters outside ``[A-Za-z0-9_.-]`` become ``_``) so operators recognise it.
+    """
+    kind = _UNSAFE_SCOPE_CHARS.sub("_", model_type) or "_"
+    tag = hashlib.blake2b(model_name.encode("utf-8"), digest_size=4).hexdigest()
+    return f"{kind}:{tag}"
+
+
+def glob_escape(text: str) -> str:
+    """``text`` as a literal inside a Redis MATCH pattern."""
+    return _GLOB_SPECIALS.sub(r"\\\1", text)
+
+
+def key_hex(key: Hashable) -> str:
+    """The hex form of a cache key: the bytes themselves for digests (guardcache's keys), else a
+    blake2b digest of ``repr(key)``, so even a text key never reaches Redis as text."""
+    if isinstance(key, bytes | bytearray | memoryview):
+        return bytes(key).hex()
+    return hashlib.blake2b(repr(key).encode("utf-8"), digest_size=32).hexdigest()
+
+
+@dataclass(frozen=True, slots=True)
+class KeySpace:
+    """The keys of one scope under one prefix."""
+
+    prefix: str
+    scope: str
+
+    def __post_init__(self) -> None:
+        for name in ("prefix", "scope"):
+            value = getattr(self, name)
+            if not value or any(c in value for c in "{}") or any(c.isspace() for c in value):
+                raise ValueError(
+                    f"redis key {name} must be non-empty, without spaces or braces (got {value!r}); "
+                    "braces are reserved for the Redis Cluster hash tag around each digest"
+                )
+
+    @property
+    def base(self) -> str:
+        """``{prefix}:{scope}:``, the start of every key of this scope."""
+        return f"{self.prefix}:{self.scope}:"
+
+    def value_key(self, key: Hashable) -> str:
+        return f"{self.base}{{{key_hex(key)}}}"
+
+    def lease_key(self, key: Hashable) -> str:
+        return f"{self.base}{{{key_hex(key)}}}{LEASE_SUFFIX}"
+
+    @property
+    def stats_key(self) -> str:
+        """The hash of counters all replicas add their deltas to (HINCRBY)."""
+        return f"{self.base}{STATS_SUFFIX}"
+
+    @property
+    def scope_pattern(self) -> str:
+        """MATCH pattern of every key of this scope (values, leases, stats)."""
+        return glob_escape(self.base) + "*"
+
+    @property
+    def value_pattern(self) -> str:
+        """MATCH pattern of this scope's values only (they end with the closing brace)."""
+        return glob_escape(self.base) + "{*}"
+
+
+def prefix_pattern(prefix: str) -> str:
+    """MATCH pattern of every key under ``prefix`` (all scopes)."""
+    return glob_escape(prefix) + ":*"
+
+
+def scope_of(key: str, prefix: str) -> str | None:
+    """The scope part of a key under ``prefix`` (``None`` when it is not one of ours)."""
+    head = prefix + ":"
+    if not key.startswith(head):
+        return None
+    rest = key[len(head) :]
+    brace = rest.find(":{")
+    if brace >= 0:
+        return rest[:brace]
+    if rest.endswith(":" + STATS_SUFFIX):
+        return rest[: -len(STATS_SUFFIX) - 1]
+    return None
+
+
+__all__ = [
+    "LEASE_SUFFIX",
+    "KeySpace",
+    "glob_escape",
+    "key_hex",
+    "model_scope",
+    "prefix_pattern",
+    "scope_of",
+]

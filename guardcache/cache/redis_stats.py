@@ -1,0 +1,143 @@
+"""Counters of the tiered cache: this replica's view and the view shared by all replicas.
+
+Local counters are plain integers under a lock, like the LFU's. The shared (global) view lives in one
+Redis hash per scope; every replica adds its deltas with HINCRBY in batches (see
+``TieredCache.flush_stats``), never one round trip per request, and reads the totals back in the same
+pipeline. So ``TierStats.global_stats`` is at most one flush interval old.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from dataclasses import asdict, dataclass
+from typing import Any
+
+log = logging.getLogger("guardcache.cache.redis")
+
+#: Fields of the shared hash; each replica adds its deltas to them.
+GLOBAL_FIELDS = ("lookups", "computations", "l2_hits", "l2_errors", "lease_waits", "lease_takeovers")
+
+
+@dataclass(frozen=True, slots=True)
+class GlobalTierStats:
+    """Totals over every replica sharing the scope, as last read from Redis."""
+
+    lookups: int = 0
+    computations: int = 0
+    l2_hits: int = 0
+    l2_errors: int = 0
+    lease_waits: int = 0
+    lease_takeovers: int = 0
+    fetched_at: float = 0.0  # time.time() of the read
+
+    @property
+    def hit_rate(self) -> float:
+        """Share of lookups, across replicas, served without a backend call."""
+        return (self.lookups - self.computations) / self.lookups if self.lookups else 0.0
+
+    @classmethod
+    def from_hash(cls, data: dict[Any, Any], fetched_at: float | None = None) -> GlobalTierStats:
+        """From an HGETALL reply (bytes or str keys and values; unknown fields ignored)."""
+        values: dict[str, int] = {}
+        for raw_key, raw_value in data.items():
+            name = raw_key.decode() if isinstance(raw_key, bytes) else str(raw_key)
+            if name in GLOBAL_FIELDS:
+                try:
+                    values[name] = int(raw_value)
+                except (TypeError, ValueError):
+                    continue
+        return cls(**values, fetched_at=time.time() if fetched_at is None else fetched_at)
+
+
+@dataclass(frozen=True, slots=True)
+class TierStats:
+    """A snapshot of one tiered cache: where each lookup was answered, and Redis' health.
+
+    - ``lookups`` = L1 hits + L1 misses (the LFU's view); ``l1_hits`` excludes ``coalesced`` askers
+      (joined an in-flight load in this process).
+    - Every L1 miss that reached Redis is an ``l2_hits`` or ``l2_misses`` (absent, expired or
+      ``l2_corrupt``) or ``l2_unavailable`` (circuit open, or the operation failed).
+    - ``l2_errors`` counts failed Redis operations of any kind (reads, writes, stats flushes, probes).
+    - ``computations`` counts backend calls started here (failed ones included).
+    - ``lease_waits``: loads that waited for another replica's lease; ``lease_takeovers``: loads
+      that took a lease over after its holder let it expire; ``lease_timeouts``: waits that gave up
+      after ``lease_ms`` + margin and computed without the lease.
+    """
+
+    lookups: int = 0
+    l1_hits: int = 0
+    coalesced: int = 0
+    l2_hits: int = 0
+    l2_misses: int = 0
+    l2_corrupt: int = 0
+    l2_errors: int = 0
+    l2_unavailable: int = 0
+    computations: int = 0
+    lease_waits: int = 0
+    lease_takeovers: int = 0
+    lease_timeouts: int = 0
+    warnings_logged: int = 0
+    circuit_open: bool = False
+    global_stats: GlobalTierStats | None = None
+
+    @property
+    def hit_rate(self) -> float:
+        """Share of this replica's lookups served without a backend call."""
+        return (self.lookups - self.computations) / self.lookups if self.lookups else 0.0
+
+    def as_dict(self) -> dict[str, Any]:
+        data = asdict(self)
+        data["hit_rate"] = self.hit_rate
+        if self.global_stats is not None:
+            data["global_stats"]["hit_rate"] = self.global_stats.hit_rate
+        return data
+
+    def format_line(self) -> str:
+        """The tier's log line, written next to the LFU line."""
+        g = self.global_stats
+        global_rate = f"{g.hit_rate:.2%}" if g is not None and g.lookups else "n/a"
+        return (
+            f"Redis Tier Statistics - L1 Hits: {self.l1_hits} | L2 Hits: {self.l2_hits} | "
+            f"L2 Misses: {self.l2_misses} | L2 Errors: {self.l2_errors} | "
+            f"Backend Calls: {self.computations} | Lease Waits: {self.lease_waits} | "
+            f"Coalesced: {self.coalesced} | Global Hit Rate: {global_rate}"
+            + (" | Circuit: open" if self.circuit_open else "")
+        )
+
+
+#: Counted by the tier itself (lookups, L1 hits and coalesced come from the LFU, errors from the store).
+_LOCAL_FIELDS = (
+    "l2_hits",
+    "l2_misses",
+    "l2_corrupt",
+    "l2_unavailable",
+    "computations",
+    "lease_waits",
+    "lease_takeovers",
+    "lease_timeouts",
+)
+
+
+class TierCounters:
+    """The tier's own mutable counters (the L1 and the store keep theirs)."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._values = dict.fromkeys(_LOCAL_FIELDS, 0)
+
+    def add(self, name: str, n: int = 1) -> None:
+        with self._lock:
+            self._values[name] += n
+
+    def snapshot(self) -> dict[str, int]:
+        with self._lock:
+            return dict(self._values)
+
+    def reset(self) -> None:
+        with self._lock:
+            self._values = dict.fromkeys(_LOCAL_FIELDS, 0)
+
+
+__all__ = ["GLOBAL_FIELDS", "GlobalTierStats", "TierCounters", "TierStats", "log"]

@@ -1,0 +1,391 @@
+"""TieredCache: the in-process LFU (L1) in front of a shared Redis tier (L2), with single flight in
+the process AND across replicas.
+
+A load (``get_or_compute``) goes L1 -> Redis -> backend:
+
+1. The L1's own single flight wraps the whole path, so concurrent askers in this process share one
+   Redis lookup, one lease and one backend call; a value from Redis or the backend fills L1.
+2. One Lua round trip returns the Redis value, or takes the key's lease
+   (``SET {key}:lease <token> NX PX lease_ms``) when the value is absent.
+3. The lease holder computes, then writes the value (``SET key value PX ttl``) and deletes its lease
+   if it still owns it, in one script. A failed or cancelled computation releases the lease (compare-
+   and-delete) so a waiter can try; failures are never stored anywhere. Settling a lease bypasses
+   the circuit breaker (in the background while it is open): after a blip, a lease left behind
+   would make every other replica wait for it.
+4. Others poll with exponential backoff (2 ms .. 50 ms) until the value appears (an L2 hit) or the
+   lease is free again (they take it over: a crashed leader costs at most ``lease_ms``). No one waits
+   longer than ``lease_ms + wait_margin_ms``: after that the waiter computes without the lease.
+
+Values cross Redis only through the codec (versioned bytes, never pickle); a value the codec cannot
+read is a miss, recomputed under the lease and overwritten. When Redis is unusable (down, slow,
+refusing, circuit open) a load computes at once: no request fails or waits because of Redis.
+
+The synchronous ``get``/``put``/``contains``/``delete``/``clear`` touch L1 only: they cannot await a
+network call, and blocking on one inside an event loop would stall every request of the loop. Use
+``aget``/``aput``/``adelete`` for the full path.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import secrets
+import threading
+import time
+import weakref
+from collections.abc import Coroutine, Hashable
+from typing import Any, Protocol
+
+from guardcache.cache.interface import MISSING, CacheInterface, ComputeFn
+from guardcache.cache.lfu import LFUCache
+from guardcache.cache.redis_health import Clock
+from guardcache.cache.redis_stats import GLOBAL_FIELDS, GlobalTierStats, TierCounters, TierStats, log
+from guardcache.cache.redis_store import FAILED, Lease, RedisStore, Unavailable
+from guardcache.cache.stats import CacheStats, StatsReporter, default_reporter
+
+_POLL_FIRST_S = 0.002
+_POLL_MAX_S = 0.05
+
+
+class Codec(Protocol):
+    """Turns cached values into bytes for Redis and back. ``decode`` returns None for anything it
+    cannot read (another version, corruption): the tier treats that as a miss."""
+
+    def encode(self, value: Any, /) -> bytes: ...
+
+    def decode(self, data: bytes, /) -> Any | None: ...
+
+
+class TieredCache(CacheInterface):
+    """An :class:`LFUCache` backed by a :class:`RedisStore`; see the module doc for the policy."""
+
+    def __init__(
+        self,
+        l1: LFUCache,
+        store: RedisStore,
+        codec: Codec,
+        *,
+        stats_logging_interval: float | None = None,
+        reporter: StatsReporter | None = None,
+        clock: Clock = time.monotonic,
+    ) -> None:
+        self.l1 = l1
+        self.store = store
+        self.codec = codec
+        self.stats_logging_interval = stats_logging_interval
+        self._clock = clock
+        s = store.settings
+        self._max_wait = (s.lease_ms + s.wait_margin_ms) / 1000
+        self._counters = TierCounters()
+        self._global: GlobalTierStats | None = None
+        # Stats flushing: totals already added to the shared hash, and when to add the next deltas.
+        self._flush_lock = threading.Lock()
+        self._flushed: dict[str, int] = {}
+        self._generation = 0
+        self._flush_interval = s.stats_flush_interval_s
+        self._flush_events = s.stats_flush_events
+        self._next_flush = clock() + self._flush_interval
+        self._events = 0
+        self._flushing = False
+        self._tasks: set[asyncio.Task[Any]] = set()
+        self._reporter: StatsReporter | None = None
+        self._report_handle: int | None = None
+        if stats_logging_interval is not None:
+            self._reporter = reporter or default_reporter()
+            self._report_handle = self._reporter.register(self, stats_logging_interval)
+            weakref.finalize(self, self._reporter.unregister, self._report_handle)
+
+    # -- the async path -------------------------------------------------------------------------
+
+    async def get_or_compute(self, key: Hashable, compute_fn: ComputeFn, default: Any = MISSING) -> Any:
+        try:
+            return await self.l1.get_or_compute(key, lambda: self._load(key, compute_fn), default)
+        finally:
+            self._events += 1  # approximate under threads; it only triggers flushes
+            if self._events >= self._flush_events or self._clock() >= self._next_flush:
+                self._schedule_flush()
+
+    async def _load(self, key: Hashable, compute_fn: ComputeFn) -> Any:
+        """L2 then backend, for one L1 miss (already coalesced in this process by the L1)."""
+        count = self._counters.add
+        token = secrets.token_hex(8)
+        ignore = b""  # a value we could not decode: absent for the script, so we recompute it
+        waiting_since: float | None = None
+        delay = _POLL_FIRST_S
+        while True:
+            found = await self.store.get_or_lease(key, token, ignore)
+            if isinstance(found, bytes):
+                value = self._decode(found)
+                if value is not None:
+                    count("l2_hits")
+                    return value
+                count("l2_corrupt")
+                ignore = found
+                continue
+            if found is Lease.ACQUIRED:
+                count("l2_misses")
+                if waiting_since is not None:
+                    count("lease_takeovers")
+                return await self._lead(key, compute_fn, token)
+            if isinstance(found, Unavailable):
+                count("l2_unavailable")
+                # FAILED: the reply was lost, but Redis may have given us the lease: clean up.
+                return await self._compute_and_store(key, compute_fn, token if found is FAILED else None)
+            now = self._clock()  # Lease.HELD: another replica is computing
+            if waiting_since is None:
+                waiting_since = now
+                count("lease_waits")
+            elif now - waiting_since >= self._max_wait:
+                count("l2_misses")
+                count("lease_timeouts")
+                return await self._compute_and_store(key, compute_fn)
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, _POLL_MAX_S)
+
+    async def _compute(self, compute_fn: ComputeFn) -> Any:
+        self._counters.add("computations")
+        result = compute_fn()
+        if inspect.isawaitable(result):
+            result = await result
+        return result
+
+    async def _lead(self, key: Hashable, compute_fn: ComputeFn, token: str) -> Any:
+        """We hold the lease: compute, write, release; on failure just release (never cached)."""
+        try:
+            value = await self._compute(compute_fn)
+        except BaseException:
+            await self._settle(key, token, None)
+            raise
+        await self._settle(key, token, self._encode(value))
+        return value
+
+    async def _compute_and_store(
+        self, key: Hashable, compute_fn: ComputeFn, lost_lease: str | None = None
+    ) -> Any:
+        """Compute without (knowingly) holding the lease; the write is best effort (free when the
+        circuit is open). ``lost_lease``: the token of a lease request whose reply was lost, which
+        Redis may have granted: it is settled like a lease we hold."""
+        try:
+            value = await self._compute(compute_fn)
+        except BaseException:
+            if lost_lease is not None:
+                await self._settle(key, lost_lease, None)
+            raise
+        data = self._encode(value)
+        if lost_lease is not None:
+            await self._settle(key, lost_lease, data)
+        elif data is not None:
+            await self.store.set(key, data)
+        return value
+
+    async def _settle(self, key: Hashable, token: str, data: bytes | None) -> None:
+        """Write the value (if any) and release the lease, even with the circuit open (``force``):
+        after a blip a lease left behind would make every other replica wait up to ``lease_ms``.
+        Inline while the circuit is closed (the normal path: one round trip); in the background
+        while it is open, so a failing Redis never delays the request. Shielded: a cancelled
+        leader still frees the key."""
+        if data is None:
+            work = self.store.release(key, token, force=True)
+        else:
+            work = self.store.set_and_release(key, data, token, force=True)
+        if self.store.breaker.closed:
+            await asyncio.shield(work)
+        else:
+            self._background(work)
+
+    def _background(self, work: Coroutine[Any, Any, Any]) -> None:
+        task = asyncio.get_running_loop().create_task(work)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    def _decode(self, data: bytes) -> Any | None:
+        try:
+            return self.codec.decode(data)
+        except Exception:  # a codec bug must not fail the request: it is a miss
+            log.debug("codec could not decode a cached value", exc_info=True)
+            return None
+
+    def _encode(self, value: Any) -> bytes | None:
+        try:
+            return self.codec.encode(value)
+        except Exception:
+            log.warning("codec could not encode a %s; not written to Redis", type(value).__name__)
+            return None
+
+    async def aget(self, key: Hashable, default: Any = None) -> Any:
+        """L1, then Redis (a hit fills L1), else ``default``. No backend, no lease."""
+        value = self.l1.get(key, MISSING)
+        if value is not MISSING:
+            return value
+        found = await self.store.get(key)
+        if isinstance(found, Unavailable):
+            self._counters.add("l2_unavailable")
+        elif found is None:
+            self._counters.add("l2_misses")
+        else:
+            value = self._decode(found)
+            if value is not None:
+                self._counters.add("l2_hits")
+                self.l1.put(key, value)
+                return value
+            self._counters.add("l2_corrupt")
+            self._counters.add("l2_misses")
+        return default
+
+    async def aput(self, key: Hashable, value: Any) -> None:
+        """Store in L1 and in Redis (best effort)."""
+        self.l1.put(key, value)
+        data = self._encode(value)
+        if data is not None:
+            await self.store.set(key, data)
+
+    async def adelete(self, key: Hashable) -> bool:
+        """Remove from L1 and Redis; whether either had it."""
+        in_l1 = self.l1.delete(key)
+        in_l2 = await self.store.delete(key)
+        return in_l1 or in_l2
+
+    # -- the sync face: L1 only (see the module doc) ---------------------------------------------
+
+    def get(self, key: Hashable, default: Any = None) -> Any:
+        """L1 only."""
+        return self.l1.get(key, default)
+
+    def put(self, key: Hashable, value: Any) -> None:
+        """L1 only (use :meth:`aput` to write Redis too)."""
+        self.l1.put(key, value)
+
+    def contains(self, key: Hashable) -> bool:
+        """L1 only."""
+        return self.l1.contains(key)
+
+    __contains__ = contains
+
+    def delete(self, key: Hashable) -> bool:
+        """L1 only (use :meth:`adelete` to remove from Redis too)."""
+        return self.l1.delete(key)
+
+    def size(self) -> int:
+        """Entries in L1."""
+        return self.l1.size()
+
+    def clear(self) -> None:
+        """Empty L1. Redis is shared by other replicas: clear it with ``guardcache cache clear``."""
+        self.l1.clear()
+
+    @property
+    def maxsize(self) -> int:
+        return self.l1.maxsize
+
+    def in_flight(self) -> int:
+        return self.l1.in_flight()
+
+    # -- stats ----------------------------------------------------------------------------------
+
+    def get_stats(self) -> CacheStats:
+        """The L1's counters: the standard ``LFU Cache Statistics`` view of this model's cache."""
+        return self.l1.get_stats()
+
+    def tier_stats(self) -> TierStats:
+        """Where lookups were answered (L1, Redis, backend), Redis' health and the global view."""
+        l1 = self.l1.get_stats()
+        return TierStats(
+            lookups=l1.lookups,
+            l1_hits=l1.hits - l1.coalesced,
+            coalesced=l1.coalesced,
+            l2_errors=self.store.errors,
+            warnings_logged=self.store.warnings_logged,
+            circuit_open=not self.store.breaker.closed,
+            global_stats=self._global,
+            **self._counters.snapshot(),
+        )
+
+    def reset_stats(self) -> None:
+        """Zero local counters. Deltas not yet flushed to the shared hash are dropped."""
+        with self._flush_lock:
+            self.l1.reset_stats()
+            self._counters.reset()
+            self.store.reset_counters()
+            self._flushed = {}
+            self._generation += 1
+
+    def log_stats_now(self) -> None:
+        """The LFU line (logger ``guardcache.cache.lfu``), then the tier line
+        (``guardcache.cache.redis``) with the global hit rate as of the last flush."""
+        self.l1.log_stats_now()
+        log.info(self.tier_stats().format_line())
+
+    def supports_stats_logging(self) -> bool:
+        return self.l1.track_stats and self.stats_logging_interval is not None
+
+    def _totals(self) -> dict[str, int]:
+        mine = self._counters.snapshot()
+        return {
+            "lookups": self.l1.get_stats().lookups,
+            "computations": mine["computations"],
+            "l2_hits": mine["l2_hits"],
+            "l2_errors": self.store.errors,
+            "lease_waits": mine["lease_waits"],
+            "lease_takeovers": mine["lease_takeovers"],
+        }
+
+    async def flush_stats(self) -> GlobalTierStats | None:
+        """Add this replica's counter deltas to the shared hash and read the totals back (one
+        pipeline). Runs by itself every ``stats_flush_interval_s`` or ``stats_flush_events`` lookups;
+        call it to get a fresh global view. Returns the last known global view (None: never read)."""
+        with self._flush_lock:
+            generation = self._generation
+            totals = self._totals()
+            deltas = {name: totals[name] - self._flushed.get(name, 0) for name in GLOBAL_FIELDS}
+            self._flushed = totals  # optimistic; given back below if the write fails
+            self._events = 0
+            self._next_flush = self._clock() + self._flush_interval
+        reply = await self.store.add_counters(deltas)
+        if isinstance(reply, Unavailable):
+            with self._flush_lock:
+                if generation == self._generation:
+                    self._flushed = {k: v - deltas[k] for k, v in self._flushed.items()}
+            return self._global
+        self._global = GlobalTierStats.from_hash(reply)
+        return self._global
+
+    def _schedule_flush(self) -> None:
+        if self._flushing:
+            return
+        self._flushing = True
+        self._events = 0
+        self._next_flush = self._clock() + self._flush_interval
+        self._background(self._flush_in_background())
+
+    async def _flush_in_background(self) -> None:
+        try:
+            await self.flush_stats()
+        finally:
+            self._flushing = False
+
+    # -- lifecycle ------------------------------------------------------------------------------
+
+    def close(self) -> None:
+        """Stop periodic stats logging (entries stay readable)."""
+        if self._reporter is not None and self._report_handle is not None:
+            self._reporter.unregister(self._report_handle)
+            self._report_handle = None
+        self.l1.close()
+
+    async def connect(self) -> bool:
+        """Open this event loop's Redis connection now (one PING), e.g. at start-up, so the first
+        requests do not pay for connecting; whether Redis answered. Optional: it happens anyway."""
+        return await self.store.ping()
+
+    async def aclose(self, *, flush: bool = True) -> None:
+        """Flush the stats deltas (unless ``flush=False``, e.g. when a sync API closes the
+        short-lived loop of each call), then close this loop's Redis client."""
+        if flush:
+            await self.flush_stats()
+        await self.store.aclose()
+
+    def __repr__(self) -> str:
+        return f"TieredCache(l1={self.l1!r}, redis={self.store.keys.base}*)"
+
+
+__all__ = ["Codec", "TieredCache"]

@@ -1,0 +1,295 @@
+"""``guardcache cache stats|clear``: inspect or empty the shared Redis tier of the verdict caches.
+
+Operators run this against a live Redis, so it only ever iterates with ``SCAN MATCH .. COUNT``
+(never ``KEYS``, which blocks the server) and deletes with ``UNLINK`` in batches (freed in the
+background). It connects with each model's own ``cache.redis`` settings from the config.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections import Counter
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import redis
+
+from guardcache.cache.redis_keys import LEASE_SUFFIX, KeySpace, model_scope, prefix_pattern, scope_of
+from guardcache.cache.redis_stats import GlobalTierStats
+from guardcache.cache.redis_store import redacted
+from guardcache.errors import ConfigError
+
+SCAN_COUNT = 1000
+UNLINK_BATCH = 500
+MEMORY_SAMPLES = 32
+ADMIN_TIMEOUT_S = 5.0  # admin commands are not on a request's path: no need for the tight budget
+
+
+@dataclass(frozen=True)
+class Target:
+    """One model's Redis tier, as configured."""
+
+    model_type: str
+    model_name: str
+    url: str
+    keys: KeySpace
+    ttl: int
+
+
+def register(subparsers: Any) -> None:
+    """Add ``cache`` with its ``stats`` and ``clear`` actions to the ``guardcache`` parser."""
+    parser = subparsers.add_parser(
+        "cache",
+        help="inspect or clear the shared Redis tier of the verdict caches",
+        description=(
+            "Inspect or clear the Redis tier (cache.store: redis) of each model's verdict cache. "
+            "Connects with the models' cache.redis settings; iterates with SCAN, never KEYS."
+        ),
+    )
+    parser.set_defaults(func=lambda _args: _usage(parser))
+    actions = parser.add_subparsers(dest="cache_action", metavar="ACTION")
+
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument(
+        "--config",
+        required=True,
+        metavar="DIR",
+        help="the rails config: a folder with config.yml (or one YAML file); its redis-backed "
+        "models (cache.store: redis) are the ones inspected or cleared",
+    )
+    common.add_argument(
+        "--model",
+        metavar="TYPE",
+        help="only this model type (the `type:` of a model in the config, e.g. content_safety)",
+    )
+    common.add_argument("--json", action="store_true", help="print one JSON document instead of text")
+
+    stats = actions.add_parser(
+        "stats",
+        parents=[common],
+        help="per-model entry counts, memory estimate and the counters shared by all replicas",
+        description=(
+            "For each redis-backed model: how many verdicts Redis holds for it, a memory estimate "
+            "(MEMORY USAGE of a few sampled keys), open leases, and the global counters every "
+            "replica adds to (lookups, backend calls, L2 hits, hit rate)."
+        ),
+    )
+    stats.add_argument(
+        "--all",
+        action="store_true",
+        help="also count every key under the key prefix, grouped by scope, including scopes of "
+        "models no longer in the config",
+    )
+    stats.set_defaults(func=run_stats)
+
+    clear = actions.add_parser(
+        "clear",
+        parents=[common],
+        help="delete one model's cached verdicts (--model) or everything under the prefix (--all)",
+        description=(
+            "Delete cached verdicts from Redis with SCAN + UNLINK in batches and report how many "
+            "keys were deleted. In-process caches of running replicas keep their entries until "
+            "they restart or evict them."
+        ),
+    )
+    clear.add_argument(
+        "--all",
+        action="store_true",
+        help="delete every key under the configured key prefix(es): all models, leases and counters",
+    )
+    clear.set_defaults(func=run_clear)
+
+
+def _usage(parser: argparse.ArgumentParser) -> int:
+    parser.print_help(sys.stderr)
+    return 2
+
+
+def targets(config_path: str, model_type: str | None) -> list[Target]:
+    """The redis-backed models of a config (only ``model_type`` when given)."""
+    from guardcache.config import RailsConfig
+    from guardcache.rails.caches import redis_settings
+
+    config = RailsConfig.from_path(config_path)
+    found: list[Target] = []
+    for model in config.models:
+        if not (model.cache.enabled and model.cache.store == "redis"):
+            continue
+        if model_type is not None and model.type != model_type:
+            continue
+        settings = redis_settings(model)
+        keys = KeySpace(settings.key_prefix, model_scope(model.type, model.model))
+        found.append(Target(model.type, model.model, settings.url, keys, int(settings.ttl_s)))
+    if not found:
+        redis_models = [m.type for m in config.models if m.cache.enabled and m.cache.store == "redis"]
+        which = f"model type {model_type!r}" if model_type else "any model"
+        raise ConfigError(
+            f"{config_path}: no cache.store: redis for {which} "
+            f"(redis-backed models: {', '.join(redis_models) or 'none'})"
+        )
+    return found
+
+
+def _connect(url: str) -> redis.Redis:
+    return redis.Redis.from_url(url, socket_timeout=ADMIN_TIMEOUT_S, socket_connect_timeout=ADMIN_TIMEOUT_S)
+
+
+def _scan(client: redis.Redis, pattern: str) -> Iterator[bytes]:
+    yield from client.scan_iter(match=pattern, count=SCAN_COUNT)
+
+
+def _memory_estimate(client: redis.Redis, sample: list[bytes], total: int) -> int | None:
+    """Bytes, from the mean ``MEMORY USAGE`` of the sampled keys; None when unavailable."""
+    if not sample:
+        return 0
+    try:
+        sizes = [client.memory_usage(key) or 0 for key in sample]
+    except redis.ResponseError:  # MEMORY disabled (some managed services)
+        return None
+    return round(sum(sizes) / len(sizes) * total)
+
+
+def model_stats(client: redis.Redis, target: Target) -> dict[str, Any]:
+    entries = leases = 0
+    sample: list[bytes] = []
+    for key in _scan(client, target.keys.scope_pattern):
+        text = key.decode(errors="replace")
+        if text.endswith(LEASE_SUFFIX):
+            leases += 1
+        elif text.endswith("}"):
+            entries += 1
+            if len(sample) < MEMORY_SAMPLES:
+                sample.append(key)
+    totals = GlobalTierStats.from_hash(client.hgetall(target.keys.stats_key))
+    return {
+        "model_type": target.model_type,
+        "model": target.model_name,
+        "redis": redacted(target.url),
+        "keys": target.keys.scope_pattern,
+        "entries": entries,
+        "leases": leases,
+        "memory_bytes": _memory_estimate(client, sample, entries),
+        "ttl_s": target.ttl,
+        "global": {
+            "lookups": totals.lookups,
+            "computations": totals.computations,
+            "l2_hits": totals.l2_hits,
+            "l2_errors": totals.l2_errors,
+            "lease_waits": totals.lease_waits,
+            "lease_takeovers": totals.lease_takeovers,
+            "hit_rate": totals.hit_rate,
+        },
+    }
+
+
+def prefix_scopes(client: redis.Redis, prefix: str) -> dict[str, int]:
+    """Key counts per scope under ``prefix`` (every key: values, leases, counters)."""
+    counts: Counter[str] = Counter()
+    for key in _scan(client, prefix_pattern(prefix)):
+        counts[scope_of(key.decode(errors="replace"), prefix) or "(other)"] += 1
+    return dict(sorted(counts.items()))
+
+
+def unlink_matching(client: redis.Redis, pattern: str) -> int:
+    """Delete every key matching ``pattern`` (SCAN + UNLINK in batches); how many were deleted."""
+    deleted = 0
+    batch: list[bytes] = []
+    for key in _scan(client, pattern):
+        batch.append(key)
+        if len(batch) >= UNLINK_BATCH:
+            deleted += int(client.unlink(*batch))
+            batch.clear()
+    if batch:
+        deleted += int(client.unlink(*batch))
+    return deleted
+
+
+def _fmt_bytes(n: int | None) -> str:
+    if n is None:
+        return "n/a"
+    size = float(n)
+    for unit in ("B", "KiB", "MiB"):
+        if size < 1024:
+            return f"{size:.0f} B" if unit == "B" else f"{size:.1f} {unit}"
+        size /= 1024
+    return f"{size:.1f} GiB"
+
+
+def _print_model(s: dict[str, Any]) -> None:
+    g = s["global"]
+    rate = f"{g['hit_rate']:.2%}" if g["lookups"] else "n/a"
+    print(f"{s['model_type']}  ({s['model']})  {s['redis']}  {s['keys']}")
+    print(
+        f"  entries: {s['entries']} | leases: {s['leases']} | "
+        f"memory: ~{_fmt_bytes(s['memory_bytes'])} | ttl: {s['ttl_s']} s"
+    )
+    print(
+        f"  global: lookups {g['lookups']} | backend calls {g['computations']} | "
+        f"L2 hits {g['l2_hits']} | L2 errors {g['l2_errors']} | lease waits {g['lease_waits']} | "
+        f"takeovers {g['lease_takeovers']} | hit rate {rate}"
+    )
+
+
+def _fail(message: str) -> int:
+    print(f"guardcache cache: {message}", file=sys.stderr)
+    return 1
+
+
+def run_stats(args: argparse.Namespace) -> int:
+    try:
+        found = targets(args.config, args.model)
+    except ConfigError as exc:
+        return _fail(str(exc))
+    report: dict[str, Any] = {"models": [], "prefixes": {}}
+    try:
+        for target in found:
+            with _connect(target.url) as client:
+                report["models"].append(model_stats(client, target))
+                if args.all:
+                    where = f"{redacted(target.url)} {target.keys.prefix}"
+                    if where not in report["prefixes"]:
+                        report["prefixes"][where] = prefix_scopes(client, target.keys.prefix)
+    except redis.RedisError as exc:
+        return _fail(f"Redis error: {type(exc).__name__}: {exc}")
+    if args.json:
+        print(json.dumps(report, indent=2))
+        return 0
+    for model in report["models"]:
+        _print_model(model)
+    for where, scopes in report["prefixes"].items():
+        print(f"all keys under {where}:")
+        for scope, n in scopes.items():
+            print(f"  {scope}: {n}")
+    return 0
+
+
+def run_clear(args: argparse.Namespace) -> int:
+    if bool(args.model) == bool(args.all):
+        return _fail("clear needs exactly one of --model TYPE (one model) or --all (the whole prefix)")
+    try:
+        found = targets(args.config, args.model)
+    except ConfigError as exc:
+        return _fail(str(exc))
+    deleted: dict[str, int] = {}
+    try:
+        for target in found:
+            pattern = prefix_pattern(target.keys.prefix) if args.all else target.keys.scope_pattern
+            where = f"{redacted(target.url)} {pattern}"
+            if where in deleted:  # --all: several models share one prefix
+                continue
+            with _connect(target.url) as client:
+                deleted[where] = unlink_matching(client, pattern)
+    except redis.RedisError as exc:
+        return _fail(f"Redis error: {type(exc).__name__}: {exc}")
+    if args.json:
+        print(json.dumps({"deleted": deleted, "total": sum(deleted.values())}, indent=2))
+        return 0
+    for where, n in deleted.items():
+        print(f"deleted {n} keys: {where}")
+    return 0
+
+
+__all__ = ["register", "run_clear", "run_stats"]

@@ -1,0 +1,133 @@
+"""Redis down, restarted, slow or refusing: no request fails or waits on it, and the tier recovers."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from typing import Any
+
+import pytest
+
+from tests.integration.redis_support import (
+    RedisServer,
+    free_port,
+    make_tier,
+    verdict,
+)
+
+pytestmark = pytest.mark.integration
+
+TIER_LOG = "guardcache.cache.redis"
+
+
+class Backend:
+    def __init__(self) -> None:
+        self.calls = 0
+
+    async def __call__(self) -> Any:
+        self.calls += 1
+        return verdict()
+
+
+def tier_warnings(caplog: pytest.LogCaptureFixture) -> list[str]:
+    return [r.getMessage() for r in caplog.records if r.name == TIER_LOG and r.levelno == logging.WARNING]
+
+
+async def wait_until_closed(tier: Any, within: float = 3.0) -> None:
+    """Keep asking for new keys (an L1 miss is what notices a due probe) until Redis is used again."""
+    deadline = time.monotonic() + within
+    n = 0
+    while time.monotonic() < deadline:
+        n += 1
+        await tier.get_or_compute(b"probe" + n.to_bytes(27, "big"), Backend())
+        if not tier.store.breaker.closed:
+            await asyncio.sleep(0.02)
+            continue
+        return
+    raise AssertionError("the circuit did not close after Redis came back")
+
+
+async def test_redis_killed_and_restarted_mid_run(
+    redis_server: RedisServer, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.INFO, logger=TIER_LOG)
+    tier = make_tier(redis_server.url, timeout_ms=50, breaker_base_s=0.05, breaker_cap_s=0.2)
+    backend = Backend()
+    outage_latencies: list[float] = []
+    for i in range(60):  # before: Redis works
+        await tier.get_or_compute(bytes([i % 20]) * 32, backend)
+    redis_server.kill()
+    for i in range(400):  # the outage: every request still answered, none pays for Redis
+        started = time.monotonic()
+        assert await tier.get_or_compute(i.to_bytes(2, "big") * 16, backend) == verdict()
+        outage_latencies.append(time.monotonic() - started)
+        if i % 50 == 0:
+            await asyncio.sleep(0.05)  # let probes come due during the outage
+    stats = tier.tier_stats()
+    assert stats.l2_errors >= 1
+    assert stats.circuit_open
+    assert stats.l2_unavailable >= 380  # nearly every lookup skipped Redis at no cost
+    warnings = tier_warnings(caplog)
+    assert 1 <= len(warnings) <= 3, warnings  # throttled: not one per request or probe
+    assert "unavailable" in warnings[0] and "serving from the in-process cache" in warnings[0]
+    assert sorted(outage_latencies)[int(len(outage_latencies) * 0.99)] < 0.02
+
+    redis_server.restart()
+    await wait_until_closed(tier)
+    assert any("reachable again" in r.getMessage() for r in caplog.records if r.name == TIER_LOG)
+    await tier.get_or_compute(b"\xaa" * 32, backend)  # written to the restarted Redis
+    fresh = make_tier(redis_server.url)  # e.g. another replica, or this one after a restart
+    calls = backend.calls
+    assert await fresh.get_or_compute(b"\xaa" * 32, backend) == verdict()
+    assert backend.calls == calls
+    assert fresh.tier_stats().l2_hits == 1
+
+
+async def test_a_slow_redis_does_not_slow_requests(
+    redis_server: RedisServer, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.INFO, logger=TIER_LOG)
+    tier = make_tier(redis_server.url, timeout_ms=50, breaker_base_s=0.05, breaker_cap_s=0.2)
+    await tier.get_or_compute(b"\x00" * 32, Backend())  # connected and warm
+    redis_server.client().execute_command("CLIENT", "PAUSE", "800", "ALL")  # Redis hangs for 0.8 s
+    latencies = []
+    started = time.monotonic()
+    for i in range(1, 41):
+        t0 = time.monotonic()
+        assert await tier.get_or_compute(bytes([i]) * 32, Backend()) == verdict()
+        latencies.append(time.monotonic() - t0)
+        await asyncio.sleep(0.01)
+    assert max(latencies) < 0.05 + 0.06, latencies  # ~timeout_ms at worst, for the first one
+    assert sum(latencies) < 0.35  # the open circuit makes the others cost nothing
+    assert time.monotonic() - started < 0.8  # all of it while Redis was still paused
+    assert tier.tier_stats().l2_errors >= 1
+    await asyncio.sleep(0.8)
+    await wait_until_closed(tier)
+    assert len(tier_warnings(caplog)) <= 3
+
+
+async def test_a_refusing_redis_does_not_fail_requests(redis_server: RedisServer) -> None:
+    client = redis_server.client()
+    client.config_set("maxmemory-policy", "noeviction")
+    client.config_set("maxmemory", "1")  # every write is refused with OOM
+    tier = make_tier(redis_server.url, breaker_base_s=0.05)
+    backend = Backend()
+    for i in range(20):
+        assert await tier.get_or_compute(bytes([i]) * 32, backend) == verdict()
+    assert backend.calls == 20
+    assert tier.tier_stats().l2_errors >= 1
+
+
+async def test_an_unreachable_redis_costs_nothing_from_the_start(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    caplog.set_level(logging.INFO, logger=TIER_LOG)
+    tier = make_tier(f"redis://127.0.0.1:{free_port()}/0", timeout_ms=50)  # nobody listens
+    backend = Backend()
+    started = time.monotonic()
+    for i in range(500):
+        assert await tier.get_or_compute(i.to_bytes(2, "big") * 16, backend) == verdict()
+    assert time.monotonic() - started < 0.5
+    assert backend.calls == 500
+    assert len(tier_warnings(caplog)) == 1

@@ -1,0 +1,270 @@
+"""TieredCache on a real redis-server: L1 -> Redis -> backend, TTL, isolation, codec, leases, stats."""
+
+from __future__ import annotations
+
+import asyncio
+import re
+import time
+from typing import Any
+
+import pytest
+
+from guardcache.cache import Namespace
+from guardcache.library import codec
+from tests.integration.redis_support import (
+    RedisServer,
+    make_tier,
+    verdict,
+)
+
+pytestmark = pytest.mark.integration
+
+KEY = bytes(range(32))
+
+
+class Backend:
+    """A compute function that counts its calls (a real coroutine, no mock)."""
+
+    def __init__(self, value: Any = None, *, delay: float = 0.0, fail: bool = False) -> None:
+        self.value = value if value is not None else verdict()
+        self.delay = delay
+        self.fail = fail
+        self.calls = 0
+
+    async def __call__(self) -> Any:
+        self.calls += 1
+        if self.delay:
+            await asyncio.sleep(self.delay)
+        if self.fail:
+            raise RuntimeError("backend down")
+        return self.value
+
+
+async def test_l1_miss_is_served_from_redis_and_fills_l1(redis_server: RedisServer) -> None:
+    writer, reader = make_tier(redis_server.url), make_tier(redis_server.url)
+    backend = Backend()
+    assert await writer.get_or_compute(KEY, backend) == verdict()
+    assert backend.calls == 1
+
+    assert not reader.contains(KEY)
+    assert await reader.get_or_compute(KEY, backend) == verdict()
+    assert backend.calls == 1  # a Redis hit, not a backend call
+    assert reader.contains(KEY)  # ... which filled the reader's L1
+    assert await reader.get_or_compute(KEY, backend) == verdict()
+
+    stats = reader.tier_stats()
+    assert (stats.l2_hits, stats.l1_hits, stats.l2_misses, stats.computations) == (1, 1, 0, 0)
+    assert writer.tier_stats().l2_misses == 1
+    assert writer.tier_stats().computations == 1
+    assert reader.get_stats().hits == 1  # the LFU view still comes from get_stats()
+
+
+async def test_redis_holds_only_digest_keys_and_codec_bytes(redis_server: RedisServer) -> None:
+    tier = make_tier(redis_server.url, "content_safety:abcd0123", ttl_s=60)
+    ns = Namespace.of("content_safety", "nvidia/model", "tpl")
+    secret = "my credit card number is 4111 1111 1111 1111"
+    await tier.get_or_compute(ns.key(secret), Backend())
+    client = redis_server.client()
+    keys = [k.decode() for k in client.scan_iter(match="gctest:*")]
+    assert len(keys) == 1
+    assert re.fullmatch(r"gctest:content_safety:abcd0123:\{[0-9a-f]{64}\}", keys[0])
+    raw = client.get(keys[0])
+    assert raw is not None and raw.startswith(codec.VERSION)
+    assert b"4111" not in raw and "4111" not in keys[0]
+    assert codec.decode(raw) == verdict()
+    assert 0 < client.pttl(keys[0]) <= 60_000  # SET ... PX ttl
+    assert client.exists(keys[0] + ":lease") == 0  # the leader released its lease
+
+
+async def test_entries_expire_after_the_ttl(redis_server: RedisServer) -> None:
+    backend = Backend()
+    await make_tier(redis_server.url, ttl_s=0.3).get_or_compute(KEY, backend)
+    assert await make_tier(redis_server.url).aget(KEY) == verdict()
+    await asyncio.sleep(0.45)
+    late = make_tier(redis_server.url)
+    assert await late.aget(KEY) is None
+    await late.get_or_compute(KEY, backend)
+    assert backend.calls == 2
+
+
+async def test_models_templates_and_scopes_never_share_entries(redis_server: RedisServer) -> None:
+    prompt = "How do I bake bread?"
+    spaces = [
+        Namespace.of("content_safety", "model-a", "template-1"),
+        Namespace.of("content_safety", "model-b", "template-1"),  # another model
+        Namespace.of("content_safety", "model-a", "template-2"),  # another template
+        Namespace.of("topic_control", "model-a", "template-1"),  # another model type
+    ]
+    tier = make_tier(redis_server.url)
+    backends = [Backend(verdict(f"label-{i}")) for i in range(len(spaces))]
+    for ns, backend in zip(spaces, backends, strict=True):
+        await tier.get_or_compute(ns.key(prompt), backend)
+    fresh = make_tier(redis_server.url)
+    for i, ns in enumerate(spaces):
+        assert (await fresh.aget(ns.key(prompt))).verdict.label == f"label-{i}"
+    assert [b.calls for b in backends] == [1, 1, 1, 1]
+
+    # The same digest under two scopes: two entries, and clearing one scope keeps the other.
+    a, b = make_tier(redis_server.url, "content_safety:aaaa0000"), make_tier(redis_server.url, "x:1")
+    await a.get_or_compute(KEY, Backend(verdict("in-a")))
+    assert await b.aget(KEY) is None
+    await b.aput(KEY, verdict("in-b"))
+    assert (await make_tier(redis_server.url, "content_safety:aaaa0000").aget(KEY)).verdict.label == "in-a"
+
+
+@pytest.mark.parametrize(
+    "garbage", [b"\x09" + b'{"a":1}', codec.VERSION + b"{not json", codec.VERSION, codec.VERSION + b'{"a":1}']
+)
+async def test_a_corrupt_value_is_a_miss_and_is_overwritten(
+    redis_server: RedisServer, garbage: bytes
+) -> None:
+    tier = make_tier(redis_server.url)
+    value_key = tier.store.keys.value_key(KEY)
+    redis_server.client().set(value_key, garbage)
+    backend = Backend()
+    assert await tier.get_or_compute(KEY, backend) == verdict()
+    assert backend.calls == 1
+    stats = tier.tier_stats()
+    assert (stats.l2_corrupt, stats.l2_misses, stats.l2_hits) == (1, 1, 0)
+    assert codec.decode(redis_server.client().get(value_key)) == verdict()  # overwritten
+    assert await make_tier(redis_server.url).aget(KEY) == verdict()
+
+
+async def test_concurrent_askers_in_one_process_share_one_load(redis_server: RedisServer) -> None:
+    tier = make_tier(redis_server.url)
+    backend = Backend(delay=0.05)
+    results = await asyncio.gather(*(tier.get_or_compute(KEY, backend) for _ in range(50)))
+    assert results == [verdict()] * 50
+    stats = tier.tier_stats()
+    assert backend.calls == 1
+    assert (stats.coalesced, stats.l2_misses, stats.lease_waits) == (49, 1, 0)
+
+
+async def test_two_tiers_share_one_backend_call_through_the_lease(redis_server: RedisServer) -> None:
+    a, b = make_tier(redis_server.url), make_tier(redis_server.url)
+    backend = Backend(delay=0.2)
+
+    async def late() -> Any:
+        await asyncio.sleep(0.03)  # a has the lease by now
+        return await b.get_or_compute(KEY, backend)
+
+    started = time.monotonic()
+    assert await asyncio.gather(a.get_or_compute(KEY, backend), late()) == [verdict()] * 2
+    assert backend.calls == 1
+    assert time.monotonic() - started < 0.45
+    sb = b.tier_stats()
+    assert (sb.lease_waits, sb.l2_hits, sb.computations) == (1, 1, 0)
+
+
+async def test_a_waiter_takes_over_a_lease_whose_holder_died(redis_server: RedisServer) -> None:
+    tier = make_tier(redis_server.url, lease_ms=5000)
+    # A "leader" that crashed after taking the lease: the lease exists, the value never comes.
+    redis_server.client().set(tier.store.keys.lease_key(KEY), "dead-leader", px=300)
+    backend = Backend()
+    started = time.monotonic()
+    assert await tier.get_or_compute(KEY, backend) == verdict()
+    elapsed = time.monotonic() - started
+    assert 0.25 <= elapsed < 0.6, elapsed  # waited for the lease to expire, then took over
+    assert backend.calls == 1
+    stats = tier.tier_stats()
+    assert (stats.lease_waits, stats.lease_takeovers, stats.lease_timeouts) == (1, 1, 0)
+    assert await make_tier(redis_server.url).aget(KEY) == verdict()
+
+
+async def test_a_waiter_never_waits_longer_than_lease_plus_margin(redis_server: RedisServer) -> None:
+    tier = make_tier(redis_server.url, lease_ms=200, wait_margin_ms=100)
+    redis_server.client().set(tier.store.keys.lease_key(KEY), "stuck", px=10_000)
+    backend = Backend()
+    started = time.monotonic()
+    assert await tier.get_or_compute(KEY, backend) == verdict()
+    elapsed = time.monotonic() - started
+    assert 0.28 <= elapsed < 0.6, elapsed
+    assert tier.tier_stats().lease_timeouts == 1
+    assert backend.calls == 1
+
+
+async def test_a_failed_leader_releases_its_lease_and_caches_nothing(redis_server: RedisServer) -> None:
+    a, b = make_tier(redis_server.url), make_tier(redis_server.url)
+    with pytest.raises(RuntimeError, match="backend down"):
+        await a.get_or_compute(KEY, Backend(fail=True))
+    client = redis_server.client()
+    assert client.exists(a.store.keys.lease_key(KEY), a.store.keys.value_key(KEY)) == 0
+    assert not a.contains(KEY)
+    backend = Backend()
+    started = time.monotonic()
+    assert await b.get_or_compute(KEY, backend) == verdict()
+    assert time.monotonic() - started < 0.1  # no waiting on a leftover lease
+    assert b.tier_stats().lease_waits == 0
+
+
+async def test_a_cancelled_leader_releases_its_lease(redis_server: RedisServer) -> None:
+    tier = make_tier(redis_server.url)
+    task = asyncio.create_task(tier.get_or_compute(KEY, Backend(delay=5)))
+    lease_key = tier.store.keys.lease_key(KEY)
+    client = redis_server.client()
+    for _ in range(100):
+        if client.exists(lease_key):
+            break
+        await asyncio.sleep(0.005)
+    assert client.exists(lease_key) == 1
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    await asyncio.sleep(0.05)
+    assert client.exists(lease_key) == 0
+
+
+async def test_aget_aput_adelete_use_both_tiers(redis_server: RedisServer) -> None:
+    a, b = make_tier(redis_server.url), make_tier(redis_server.url)
+    await a.aput(KEY, verdict("x"))
+    assert a.get(KEY) == verdict("x")  # sync get: L1 only
+    assert b.get(KEY) is None
+    assert await b.aget(KEY) == verdict("x")
+    assert b.get(KEY) == verdict("x")
+    assert await a.adelete(KEY) is True
+    assert await make_tier(redis_server.url).aget(KEY, "gone") == "gone"
+    b.put(b"\x01" * 32, verdict("local"))  # sync put: L1 only
+    assert await make_tier(redis_server.url).aget(b"\x01" * 32) is None
+
+
+async def test_counters_are_shared_across_replicas(
+    redis_server: RedisServer, caplog: pytest.LogCaptureFixture
+) -> None:
+    a, b = make_tier(redis_server.url), make_tier(redis_server.url)
+    keys = [bytes([i]) * 32 for i in range(10)]
+    for key in keys:
+        await a.get_or_compute(key, Backend())
+    for key in keys * 3:
+        await b.get_or_compute(key, Backend())  # 10 L2 hits, then 20 L1 hits
+    await a.flush_stats()
+    g = await b.flush_stats()
+    assert g is not None
+    assert (g.lookups, g.computations, g.l2_hits) == (40, 10, 10)
+    assert g.hit_rate == pytest.approx(0.75)
+    g2 = await a.flush_stats()  # nothing new to add: the same totals
+    assert g2 is not None and (g2.lookups, g2.computations) == (40, 10)
+
+    with caplog.at_level("INFO"):
+        b.log_stats_now()
+    lines = [r.getMessage() for r in caplog.records]
+    assert any(line.startswith("LFU Cache Statistics - Size: 10/1000") for line in lines)
+    tier_line = next(r for r in caplog.records if r.name == "guardcache.cache.redis")
+    assert tier_line.getMessage() == (
+        "Redis Tier Statistics - L1 Hits: 20 | L2 Hits: 10 | L2 Misses: 0 | L2 Errors: 0 | "
+        "Backend Calls: 0 | Lease Waits: 0 | Coalesced: 0 | Global Hit Rate: 75.00%"
+    )
+
+
+async def test_stats_deltas_are_flushed_in_batches_not_per_request(redis_server: RedisServer) -> None:
+    tier = make_tier(redis_server.url, stats_flush_events=25, stats_flush_interval_s=3600)
+    client = redis_server.client()
+    for i in range(24):
+        await tier.get_or_compute(bytes([i]) * 32, Backend())
+    await asyncio.sleep(0.02)
+    assert client.hgetall(tier.store.keys.stats_key) == {}  # nothing yet: below the batch size
+    await tier.get_or_compute(bytes([99]) * 32, Backend())
+    for _ in range(50):  # the flush runs in the background
+        if client.hget(tier.store.keys.stats_key, "lookups"):
+            break
+        await asyncio.sleep(0.01)
+    assert int(client.hget(tier.store.keys.stats_key, "lookups") or 0) == 25

@@ -1,0 +1,136 @@
+"""Settings, stats values and config wiring of the Redis tier (no sockets: nothing connects here)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+from guardcache.cache import LFUCache
+from guardcache.cache.redis import RedisSettings, TieredCache
+from guardcache.cache.redis_stats import GlobalTierStats, TierStats
+from guardcache.cache.redis_store import redacted
+from guardcache.config import RailsConfig
+from guardcache.errors import ConfigError
+from guardcache.library import codec
+from guardcache.library.verdict import CachedCheck, Verdict
+from guardcache.llm.types import Usage
+from guardcache.rails.caches import build_cache
+
+
+def config(cache: str) -> RailsConfig:
+    return RailsConfig.from_content(
+        f"""
+models:
+  - type: content_safety
+    engine: nim
+    model: nvidia/llama-3.1-nemoguard-8b-content-safety
+    parameters: {{base_url: "http://127.0.0.1:9/v1"}}
+    cache: {cache}
+"""
+    )
+
+
+def test_store_redis_builds_a_tiered_cache_scoped_by_model_without_connecting() -> None:
+    cfg = config(
+        "{enabled: true, maxsize: 123, store: redis, stats: {enabled: true}, "
+        "redis: {url: 'redis://127.0.0.1:9/2', ttl: 60, key_prefix: gcx, timeout_ms: 40, pool_size: 3, "
+        "lease_ms: 750}}"
+    )
+    cache = build_cache(cfg.model("content_safety"))
+    assert isinstance(cache, TieredCache)
+    assert cache.maxsize == 123 and isinstance(cache.l1, LFUCache)
+    assert cache.store.keys.prefix == "gcx"
+    assert cache.store.keys.scope.startswith("content_safety:")
+    s = cache.store.settings
+    assert (s.url, s.ttl_ms, s.timeout_ms, s.pool_size, s.lease_ms) == (
+        "redis://127.0.0.1:9/2",
+        60_000,
+        40,
+        3,
+        750,
+    )
+    assert cache.codec is codec
+    assert cache.get_stats().maxsize == 123  # the LFU line stays per model
+
+
+def test_the_url_comes_from_the_env_var_and_a_missing_one_is_a_config_error(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    cfg = config("{enabled: true, store: redis, redis: {url_env_var: GC_TEST_REDIS_URL}}")
+    monkeypatch.delenv("GC_TEST_REDIS_URL", raising=False)
+    with pytest.raises(ConfigError, match="GC_TEST_REDIS_URL is not set"):
+        build_cache(cfg.model("content_safety"))
+    monkeypatch.setenv("GC_TEST_REDIS_URL", "redis://:pw@127.0.0.1:9/0")
+    cache = build_cache(cfg.model("content_safety"))
+    assert isinstance(cache, TieredCache)
+    assert "pw" not in repr(cache.store.settings)  # the URL may hold a password
+    monkeypatch.setenv("GC_TEST_REDIS_URL", "http://nope")
+    with pytest.raises(ConfigError, match="redis://"):
+        build_cache(cfg.model("content_safety"))
+
+
+def test_a_prefix_with_spaces_is_a_config_error() -> None:
+    cfg = config("{enabled: true, store: redis, redis: {url: 'redis://h:1/0', key_prefix: 'a b'}}")
+    with pytest.raises(ConfigError, match=r"cache\.redis"):
+        build_cache(cfg.model("content_safety"))
+
+
+def test_the_tier_logs_both_lines_and_the_l1_does_not_log_alone() -> None:
+    cfg = config(
+        "{enabled: true, store: redis, stats: {enabled: true, log_interval: 3600}, "
+        "redis: {url: 'redis://127.0.0.1:9/0'}}"
+    )
+    cache = build_cache(cfg.model("content_safety"))
+    assert isinstance(cache, TieredCache)
+    assert cache.supports_stats_logging()
+    assert not cache.l1.supports_stats_logging()  # else the LFU line would be logged twice
+    cache.close()
+
+
+def test_memory_store_is_still_a_plain_lfu() -> None:
+    assert type(build_cache(config("{enabled: true}").model("content_safety"))) is LFUCache
+
+
+def test_importing_guardcache_cache_does_not_import_redis() -> None:
+    code = "import sys, guardcache.cache; assert 'redis' not in sys.modules, 'redis imported'"
+    subprocess.run([sys.executable, "-c", code], check=True)
+
+
+def test_settings_are_validated() -> None:
+    with pytest.raises(ValueError, match="timeout_ms"):
+        RedisSettings(url="redis://h/0", timeout_ms=0)
+    with pytest.raises(ValueError, match="URL"):
+        RedisSettings(url="http://h/0")
+    assert RedisSettings(url="redis://h/0", ttl_s=0.25).ttl_ms == 250
+
+
+def test_redacted_urls_hide_the_password_only() -> None:
+    assert redacted("redis://user:s3cret@cache.local:6380/1") == "redis://user:***@cache.local:6380/1"
+    assert redacted("redis://127.0.0.1:6379/0") == "redis://127.0.0.1:6379/0"
+
+
+def test_the_codec_round_trips_and_rejects_other_versions() -> None:
+    value = CachedCheck(Verdict(False, ("S1", "S3"), "unsafe"), Usage(1, 2, 3, 0, "m", "nim"))
+    data = codec.encode(value)
+    assert codec.decode(data) == value
+    assert codec.decode(b"\x02" + data[1:]) is None
+    assert codec.decode(data[:-3]) is None
+
+
+def test_tier_stats_line_and_global_hit_rate() -> None:
+    g = GlobalTierStats.from_hash({b"lookups": b"200", b"computations": b"30", b"junk": b"x"})
+    assert (g.lookups, g.computations, g.l2_hits) == (200, 30, 0)
+    assert g.hit_rate == pytest.approx(0.85)
+    stats = TierStats(lookups=10, l1_hits=5, l2_hits=3, l2_misses=2, computations=2, global_stats=g)
+    assert stats.hit_rate == pytest.approx(0.8)
+    assert stats.format_line() == (
+        "Redis Tier Statistics - L1 Hits: 5 | L2 Hits: 3 | L2 Misses: 2 | L2 Errors: 0 | "
+        "Backend Calls: 2 | Lease Waits: 0 | Coalesced: 0 | Global Hit Rate: 85.00%"
+    )
+    assert "Global Hit Rate: n/a" in TierStats().format_line()
+    assert "Circuit: open" in TierStats(circuit_open=True).format_line()
+    assert stats.as_dict()["global_stats"]["hit_rate"] == pytest.approx(0.85)
+    with pytest.raises(AttributeError):
+        stats.l1_hits = 1  # type: ignore[misc]
