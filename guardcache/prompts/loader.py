@@ -14,8 +14,8 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from guardcache.config_errors import Loc, config_error, describe
-from guardcache.config_files import parse_mapping
+from guardcache.config.errors import Loc, config_error, describe
+from guardcache.config.files import parse_mapping
 from guardcache.errors import ConfigError
 from guardcache.prompts.templates import TaskPrompt, split_task
 

@@ -13,7 +13,7 @@ from typing import Annotated, Any
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, field_validator, model_validator
 
-from guardcache.config_errors import FieldError
+from guardcache.config.errors import FieldError
 from guardcache.flows import split_ref
 
 

@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 
 from guardcache.cache import CacheInterface
 from guardcache.config import RailGroup, RailsConfig
-from guardcache.config_models import ModelConfig
+from guardcache.config.models import ModelConfig
 from guardcache.errors import ConfigError
 from guardcache.flows import KNOWN_FLOWS
 from guardcache.library.check import LLMCheck

@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from guardcache.cache import CacheInterface, LFUCache
-from guardcache.config_models import ModelConfig
+from guardcache.config.models import ModelConfig
 from guardcache.errors import ConfigError
 
 if TYPE_CHECKING:

@@ -22,7 +22,7 @@ from pydantic import (
     model_validator,
 )
 
-from guardcache.config_errors import FieldError, Problem, show
+from guardcache.config.errors import FieldError, Problem, show
 from guardcache.errors import ConfigError
 from guardcache.prompts.templates import PositiveInt, reject_bool
 

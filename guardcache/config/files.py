@@ -16,7 +16,7 @@ from typing import Any
 
 import yaml
 
-from guardcache.config_errors import Loc, format_loc, show
+from guardcache.config.errors import Loc, format_loc, show
 from guardcache.errors import ConfigError
 
 _MERGE_TAG = "tag:yaml.org,2002:merge"

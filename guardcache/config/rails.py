@@ -1,10 +1,9 @@
-"""The config boundary: ``config.yml`` (+ ``prompts.yml``) as validated, immutable pydantic models.
+"""``RailsConfig``: a whole ``config.yml`` (+ ``prompts.yml``), its rails and the cross-checks.
 
 The format is NeMo Guardrails' so its content-safety configs load unchanged. Unknown keys are errors
 (a typo like ``maxsixe`` must not silently leave the cache at its default), except NeMo settings that
-guardcache does not use, which are accepted, ignored and listed in one warning (``guardcache.nemo_compat``).
-Every failure is a ``ConfigError`` naming the file and the field path (``guardcache.config_errors``).
-pydantic stays here: the rest of guardcache reads these objects and never validates.
+guardcache does not use, which are accepted, ignored and listed in one warning (``nemo_compat``).
+Every failure is a ``ConfigError`` naming the file and the field path (``errors``).
 """
 
 from __future__ import annotations
@@ -24,22 +23,16 @@ from pydantic import (
     model_validator,
 )
 
-from guardcache.config_errors import FieldError, Problem, from_validation_error, show
-from guardcache.config_files import MergedSources, load_path, parse_mapping, parse_yaml
-from guardcache.config_models import (
-    DEFAULT_BASE_URLS,
-    SECRET_PARAMETERS,
+from guardcache.config.errors import FieldError, Problem, from_validation_error, show
+from guardcache.config.files import MergedSources, load_path, parse_mapping, parse_yaml
+from guardcache.config.models import (
     STRICT,
-    CacheStatsConfig,
-    Engine,
-    ModelCacheConfig,
     ModelConfig,
-    RedisConfig,
     null_is_empty,
 )
+from guardcache.config.nemo_compat import strip_unused_nemo_keys
 from guardcache.errors import ConfigError
 from guardcache.flows import KNOWN_FLOWS, FlowRef, prompt_variables
-from guardcache.nemo_compat import strip_unused_nemo_keys
 from guardcache.prompts.loader import default_prompts, select_prompt, with_defaults
 from guardcache.prompts.render import template_problems
 from guardcache.prompts.templates import TaskPrompt, split_task
@@ -322,15 +315,4 @@ class RailsConfig(BaseModel):
         )
 
 
-__all__ = [
-    "DEFAULT_BASE_URLS",
-    "SECRET_PARAMETERS",
-    "CacheStatsConfig",
-    "Engine",
-    "ModelCacheConfig",
-    "ModelConfig",
-    "RailGroup",
-    "RailsConfig",
-    "RailsSection",
-    "RedisConfig",
-]
+__all__ = ["RailGroup", "RailsConfig", "RailsSection"]

@@ -1,0 +1,31 @@
+"""The config boundary: ``config.yml`` (+ ``prompts.yml``) as validated, immutable pydantic models.
+
+pydantic stays in this package: the rest of guardcache reads these objects and never validates.
+``rails`` holds RailsConfig and the rails sections, ``models`` the model and cache entries, ``files``
+the YAML loading and merging, ``errors`` the file-and-field error messages, ``nemo_compat`` the NeMo
+settings accepted and ignored.
+"""
+
+from guardcache.config.models import (
+    DEFAULT_BASE_URLS,
+    SECRET_PARAMETERS,
+    CacheStatsConfig,
+    Engine,
+    ModelCacheConfig,
+    ModelConfig,
+    RedisConfig,
+)
+from guardcache.config.rails import RailGroup, RailsConfig, RailsSection
+
+__all__ = [
+    "DEFAULT_BASE_URLS",
+    "SECRET_PARAMETERS",
+    "CacheStatsConfig",
+    "Engine",
+    "ModelCacheConfig",
+    "ModelConfig",
+    "RailGroup",
+    "RailsConfig",
+    "RailsSection",
+    "RedisConfig",
+]
