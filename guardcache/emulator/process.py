@@ -77,14 +77,6 @@ class EmulatorProcess(_AdminMethods):
             raise RuntimeError("the emulator process is not running")
         return self._proc.pid
 
-    @property
-    def root_url(self) -> str:
-        return f"http://{self.config.host}:{self.port}"
-
-    @property
-    def base_url(self) -> str:
-        return f"{self.root_url}/v1"
-
     def start(self) -> None:
         if self._proc is not None:
             raise RuntimeError("EmulatorProcess.start() called twice")

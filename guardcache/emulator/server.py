@@ -38,11 +38,24 @@ class EmulatorStartError(RuntimeError):
 
 
 class _AdminMethods:
-    """Admin calls over HTTP; subclasses provide ``root_url``."""
+    """URLs and admin calls over HTTP, shared by every way of running the emulator; subclasses
+    provide ``config`` and ``port``."""
+
+    config: EmulatorConfig
+
+    @property
+    def port(self) -> int:
+        raise NotImplementedError
 
     @property
     def root_url(self) -> str:
-        raise NotImplementedError
+        """``http://HOST:PORT`` (admin endpoints live here)."""
+        return f"http://{self.config.host}:{self.port}"
+
+    @property
+    def base_url(self) -> str:
+        """``http://HOST:PORT/v1``: what an OpenAI client's ``base_url`` should be."""
+        return f"{self.root_url}/v1"
 
     def stats(self, *, prompts: bool = True) -> EmulatorStats:
         return AdminClient(self.root_url).stats(prompts=prompts)
@@ -204,16 +217,6 @@ class EmulatorServer(_AdminMethods):
             raise RuntimeError("the emulator is not running")
         return self._server.port
 
-    @property
-    def root_url(self) -> str:
-        """``http://HOST:PORT`` (admin endpoints live here)."""
-        return f"http://{self.config.host}:{self.port}"
-
-    @property
-    def base_url(self) -> str:
-        """``http://HOST:PORT/v1``: what an OpenAI client's ``base_url`` should be."""
-        return f"{self.root_url}/v1"
-
     async def start(self) -> None:
         if self._task is not None:
             raise RuntimeError("EmulatorServer.start() called twice")
@@ -286,14 +289,6 @@ class ThreadedEmulator(_AdminMethods):
         if self._port is None:
             raise RuntimeError("the emulator is not running")
         return self._port
-
-    @property
-    def root_url(self) -> str:
-        return f"http://{self.config.host}:{self.port}"
-
-    @property
-    def base_url(self) -> str:
-        return f"{self.root_url}/v1"
 
     def start(self, timeout: float = 10.0) -> None:
         self._thread = threading.Thread(target=self._run, name="guardcache-emulator", daemon=True)
