@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from types import TracebackType
 from typing import Any, Self
 
-import httpx
+import httpx2 as httpx
 
 from guardcache.errors import (
     BackendConnectionError,

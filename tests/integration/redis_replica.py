@@ -17,7 +17,7 @@ import sys
 import time
 from typing import Any
 
-import httpx
+import httpx2 as httpx
 
 from guardcache import LLMRails, RailsConfig
 from guardcache.llm.pool import shared_ssl_context

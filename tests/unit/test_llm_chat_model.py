@@ -6,7 +6,7 @@ import asyncio
 import json
 from typing import Any
 
-import httpx
+import httpx2 as httpx
 import pytest
 from langchain_core.messages import (
     AIMessage,

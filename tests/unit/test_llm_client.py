@@ -11,7 +11,7 @@ from datetime import UTC, datetime, timedelta
 from email.utils import format_datetime
 from typing import Any
 
-import httpx
+import httpx2 as httpx
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
