@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from guardcache.cache.interface import MISSING, CacheInterface, ComputeFn
-from guardcache.cache.lfu_core import Structure, hot_paths
+from guardcache.cache.lfu_core import Structure, hot_paths, wall_time
 from guardcache.cache.singleflight import SingleFlight
 from guardcache.cache.stats import CacheStats, StatsReporter, default_reporter, log
 
@@ -61,11 +61,13 @@ class LFUCache(CacheInterface):
         self._s = Structure()
         # The hot paths are per-instance closures (see lfu_core); they shadow the documented
         # methods below, which exist for the interface and for help().
-        self.get, self.put, self._hot_counters, self._reset_hot = hot_paths(  # type: ignore[method-assign, assignment]
+        self.get, self.put, self._hot_counters = hot_paths(  # type: ignore[method-assign, assignment]
             self._s, self._lock, maxsize
         )
         # Counted outside the hot paths: hits through get_or_compute, joiners, cleared entries.
+        # All counters are totals since creation; reset_stats() moves the baseline they are read from.
         self._lookup_hits = self._coalesced = self._misses_computed = self._cleared = 0
+        self._baseline = CacheStats(maxsize=maxsize)
         self._flight = SingleFlight(
             self._lock, self._lookup, self.put, self._count_miss, self._count_coalesced
         )
@@ -104,7 +106,9 @@ class LFUCache(CacheInterface):
                 return None
             created = s.created[i]
             accessed = s.accessed[i]
-            return CacheEntry(key, s.values[i], s.freq[i], created, created if accessed is None else accessed)
+            if accessed is None:
+                accessed = created
+            return CacheEntry(key, s.values[i], s.freq[i], wall_time(created), wall_time(accessed))
 
     def size(self) -> int:
         return len(self._s.index)
@@ -138,22 +142,27 @@ class LFUCache(CacheInterface):
 
     def get_stats(self) -> CacheStats:
         with self._lock:
-            hits, misses, puts, evictions, updates = self._hot_counters()
-            return CacheStats(
-                hits=hits + self._lookup_hits + self._coalesced,
-                misses=misses + self._misses_computed,
-                evictions=evictions + self._cleared,
-                puts=puts,
-                updates=updates,
-                coalesced=self._coalesced,
-                current_size=len(self._s.index),
-                maxsize=self._maxsize,
-            )
+            return self._totals() - self._baseline
 
     def reset_stats(self) -> None:
         with self._lock:
-            self._reset_hot()
-            self._lookup_hits = self._coalesced = self._misses_computed = self._cleared = 0
+            self._baseline = self._totals()
+
+    def _totals(self) -> CacheStats:
+        """Counters since creation. Puts are derived: each stored entry is still here, or was
+        evicted, deleted or cleared (so the put path has no counter of its own to bump)."""
+        hits, misses, evictions, updates = self._hot_counters()
+        size = len(self._s.index)
+        return CacheStats(
+            hits=hits + self._lookup_hits + self._coalesced,
+            misses=misses + self._misses_computed,
+            evictions=evictions + self._cleared,
+            puts=size + evictions + self._s.removed + self._cleared,
+            updates=updates,
+            coalesced=self._coalesced,
+            current_size=size,
+            maxsize=self._maxsize,
+        )
 
     def log_stats_now(self) -> None:
         line = self.get_stats().format_line()  # snapshot under the lock, log outside it

@@ -29,7 +29,15 @@ from array import array
 from collections.abc import Callable, Hashable
 from typing import Any
 
-_now = time.time  # wall clock for created_at/accessed_at
+# Timestamps are taken on the monotonic clock (~30 ns cheaper a call than time.time() here, and on
+# both hot paths) and turned into wall-clock time when read, from one anchor taken at import.
+_clock = time.monotonic
+_WALL_OFFSET = time.time() - time.monotonic()
+
+
+def wall_time(stamp: float) -> float:
+    """The wall-clock (``time.time()``) equivalent of a timestamp taken with ``_clock``."""
+    return stamp + _WALL_OFFSET
 
 
 class Structure:
@@ -48,6 +56,7 @@ class Structure:
         self.accessed: list[float | None] = [None]
         self.oldest: dict[int, int] = {}  # frequency -> slot of that group's oldest entry
         self.free: list[int] = []
+        self.removed = 0  # entries deleted (not evicted) since creation, for the derived puts count
 
     def touch(self, i: int) -> None:
         """Count an access of slot ``i``: move it to the front of the next frequency group."""
@@ -74,7 +83,7 @@ class Structure:
         if g not in oldest:
             oldest[g] = i
         freq[i] = g
-        self.accessed[i] = _now()
+        self.accessed[i] = _clock()
 
     def remove(self, key: Hashable) -> bool:
         """Unlink ``key`` and free its slot (not an eviction)."""
@@ -94,6 +103,7 @@ class Structure:
         prv[n] = p
         self.keys[i] = self.values[i] = None
         self.free.append(i)
+        self.removed += 1
         return True
 
     def reset(self) -> None:
@@ -119,7 +129,7 @@ class Structure:
         return [key for group in groups for key in reversed(group)]
 
 
-Counters = tuple[int, int, int, int, int]  # hits, misses, puts, evictions, updates
+Counters = tuple[int, int, int, int]  # hits, misses, evictions, updates, since the cache was made
 
 
 def hot_paths(
@@ -128,13 +138,16 @@ def hot_paths(
     Callable[[Hashable, Any], Any],
     Callable[[Hashable, Any], None],
     Callable[[], Counters],
-    Callable[[], None],
 ]:
-    """``get``, ``put``, a counter snapshot and a counter reset, sharing the structure and the lock."""
+    """``get``, ``put`` and a counter snapshot, sharing the structure and the lock.
+
+    There is no ``puts`` counter: every stored entry is still there, or was evicted, deleted or
+    cleared, so the caller derives puts from those (one increment less on the put path).
+    """
     acquire, release = lock.acquire, lock.release
     index, keys, values, freq, prv, nxt = s.index, s.keys, s.values, s.freq, s.prev, s.next
     created, accessed, oldest, free, touch = s.created, s.accessed, s.oldest, s.free, s.touch
-    hits = misses = puts = evictions = updates = 0
+    hits = misses = evictions = updates = 0  # totals since creation; see LFUCache.get_stats
 
     def get(key: Hashable, default: Any = None) -> Any:
         nonlocal hits, misses
@@ -168,13 +181,13 @@ def hot_paths(
             if g not in oldest:
                 oldest[g] = i
             freq[i] = g
-            accessed[i] = _now()
+            accessed[i] = _clock()
             return values[i]
         finally:
             release()
 
     def put(key: Hashable, value: Any) -> None:
-        nonlocal puts, evictions, updates
+        nonlocal evictions, updates
         acquire()
         try:
             i = index.get(key)
@@ -184,14 +197,33 @@ def hot_paths(
                 touch(i)
                 created[i] = accessed[i]  # type: ignore[assignment]  # touch() just set it
                 return
-            if maxsize == 0:
-                return
-            now = _now()
+            now = _clock()
             if len(index) >= maxsize:
-                # Evict the oldest entry of the lowest frequency group (remove() inlined: hot).
+                # The victim is the oldest entry of the lowest frequency group; its slot takes the
+                # new entry, which belongs at the front of group 1 (the front of the list).
                 f = freq[nxt[0]]
                 i = oldest[f]
-                p = prv[i]
+                del index[keys[i]]
+                evictions += 1
+                keys[i] = key
+                values[i] = value
+                index[key] = i
+                created[i] = now
+                accessed[i] = None
+                if f == 1:  # the common case: move the slot from group 1's end to its front
+                    p = prv[i]
+                    if p:  # (a lone entry of group 1 is already where the new one belongs)
+                        n = nxt[i]
+                        nxt[p] = n
+                        prv[n] = p
+                        oldest[1] = p
+                        n = nxt[0]
+                        nxt[0] = i
+                        prv[i] = 0
+                        nxt[i] = n
+                        prv[n] = i
+                    return
+                p = prv[i]  # group 1 is empty: unlink from group f, link below as group 1
                 n = nxt[i]
                 nxt[p] = n
                 prv[n] = p
@@ -199,29 +231,25 @@ def hot_paths(
                     oldest[f] = p
                 else:
                     del oldest[f]
-                del index[keys[i]]
-                evictions += 1
                 freq[i] = 1
-                created[i] = now
-                accessed[i] = None
-            elif free:
-                i = free.pop()
-                freq[i] = 1
-                created[i] = now
-                accessed[i] = None
             else:
-                i = len(keys)
-                keys.append(None)
-                values.append(None)
-                freq.append(1)
-                prv.append(0)
-                nxt.append(0)
-                created.append(now)
-                accessed.append(None)
-            keys[i] = key
-            values[i] = value
-            index[key] = i
-            # New entries go to the front of group 1, which is the front of the list.
+                if free:
+                    i = free.pop()
+                    freq[i] = 1
+                    created[i] = now
+                    accessed[i] = None
+                else:
+                    i = len(keys)
+                    keys.append(None)
+                    values.append(None)
+                    freq.append(1)
+                    prv.append(0)
+                    nxt.append(0)
+                    created.append(now)
+                    accessed.append(None)
+                keys[i] = key
+                values[i] = value
+                index[key] = i
             n = nxt[0]
             nxt[0] = i
             prv[i] = 0
@@ -229,18 +257,16 @@ def hot_paths(
             prv[n] = i
             if 1 not in oldest:
                 oldest[1] = i
-            puts += 1
         finally:
             release()
 
+    def put_nothing(key: Hashable, value: Any) -> None:
+        """``put`` of a cache with maxsize 0: nothing is stored, so nothing can be updated either."""
+
     def counters() -> Counters:
-        return hits, misses, puts, evictions, updates
+        return hits, misses, evictions, updates
 
-    def reset() -> None:
-        nonlocal hits, misses, puts, evictions, updates
-        hits = misses = puts = evictions = updates = 0
-
-    return get, put, counters, reset
+    return get, put if maxsize else put_nothing, counters
 
 
-__all__ = ["Counters", "Structure", "hot_paths"]
+__all__ = ["Counters", "Structure", "hot_paths", "wall_time"]

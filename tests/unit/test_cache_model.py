@@ -49,12 +49,23 @@ class ReferenceLFU:
     def delete(self, key: int) -> None:
         self.data.pop(key, None)
 
+    def clear(self) -> None:
+        self.evictions += len(self.data)
+        self.data.clear()
+
+    def reset_stats(self) -> None:
+        self.hits = self.misses = self.evictions = self.puts = self.updates = 0
+
     def order(self) -> list[int]:
         return sorted(self.data, key=lambda k: (self.data[k][1], self.data[k][2]))
 
 
 ops = st.lists(
-    st.tuples(st.sampled_from(["get", "put", "put", "delete"]), st.integers(0, 12), st.integers(0, 99)),
+    st.tuples(
+        st.sampled_from(["get", "get", "put", "put", "put", "delete", "clear", "reset_stats"]),
+        st.integers(0, 12),
+        st.integers(0, 99),
+    ),
     max_size=300,
 )
 
@@ -69,9 +80,12 @@ def test_matches_the_reference_model(maxsize: int, operations: list[tuple[str, i
         elif op == "put":
             real.put(key, value)
             model.put(key, value)
-        else:
+        elif op == "delete":
             real.delete(key)
             model.delete(key)
+        else:
+            getattr(real, op)()
+            getattr(model, op)()
         assert real.keys_in_eviction_order() == model.order()
     s = real.get_stats()
     assert (s.hits, s.misses, s.evictions, s.puts, s.updates) == (
@@ -84,3 +98,25 @@ def test_matches_the_reference_model(maxsize: int, operations: list[tuple[str, i
     for key in model.data:
         entry = real.entry(key)
         assert entry is not None and entry.frequency == model.data[key][1]
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    maxsize=st.integers(1, 8),
+    puts=st.lists(st.integers(0, 12), max_size=40),
+    reads=st.lists(st.integers(0, 12), max_size=80),
+)
+def test_get_hit_path_moves_entries_exactly_like_structure_touch(
+    maxsize: int, puts: list[int], reads: list[int]
+) -> None:
+    """``get`` inlines ``Structure.touch`` (the hottest path); ``get_or_compute_sync`` hits go through
+    ``touch`` itself. The same reads through either must leave identical linked structures."""
+    inlined, called = LFUCache(maxsize), LFUCache(maxsize)
+    for key in puts:
+        inlined.put(key, key)
+        called.put(key, key)
+    for key in reads:
+        if inlined.contains(key):
+            assert inlined.get(key) == called.get_or_compute_sync(key, lambda: -1) == key
+    a, b = inlined._s, called._s
+    assert (a.freq, a.prev, a.next, a.oldest, a.index) == (b.freq, b.prev, b.next, b.oldest, b.index)
