@@ -129,11 +129,13 @@ class SingleFlight:
 
     async def get_or_compute(self, key: Hashable, compute_fn: ComputeFn, default: Any = MISSING) -> Any:
         """The stored value, or the shared result of one ``compute_fn()`` (see the module doc)."""
-        loop = asyncio.get_running_loop()
+        loop = None
         while True:
             value, call, leader = self._join(key)
             if call is None:
-                return value
+                return value  # a hit: no loop lookup, no task, no future
+            if loop is None:
+                loop = asyncio.get_running_loop()
             if leader:
                 call.loop = loop
                 call.task = loop.create_task(self._run(key, call, compute_fn))

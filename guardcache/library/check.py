@@ -20,8 +20,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 from guardcache.cache import CacheInterface, Namespace
 from guardcache.library.verdict import CachedCheck, Verdict
@@ -35,9 +34,8 @@ CLASSIFIER_PARAMS: Mapping[str, Any] = {"temperature": 1e-20}
 TRANSPORT_PARAMS = frozenset({"base_url", "openai_api_base", "timeout", "max_retries"})
 
 
-@dataclass(frozen=True, slots=True)
-class CheckOutcome:
-    """One check's verdict and how it was obtained."""
+class CheckOutcome(NamedTuple):
+    """One check's verdict and how it was obtained (made on every check: a cheap immutable record)."""
 
     verdict: Verdict
     from_cache: bool
@@ -89,7 +87,7 @@ class LLMCheck:
         """
         if len(variables) == 1:
             return self.namespace.key(next(iter(variables.values())))
-        return self.namespace.key([{"role": name, "content": value} for name, value in variables.items()])
+        return self.namespace.key_fields([variables[name] for name in sorted(variables)])
 
     async def run(self, variables: Mapping[str, str]) -> CheckOutcome:
         """Decide; records the call (or its cached stand-in) in the current request's stats."""

@@ -1,6 +1,6 @@
 """What a check decides, and what a cache keeps of it.
 
-Values are frozen: one cached verdict is handed to many concurrent callers, and none of them may change
+Values are immutable: one cached verdict is handed to many concurrent callers, and none of them may change
 what the others see. Neither holds user text: the verdict is a label and category names, the usage is
 token counts, so a cached entry (in process or in Redis) never stores a prompt.
 """
@@ -8,6 +8,7 @@ token counts, so a cached entry (in process or in Redis) never stores a prompt.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import NamedTuple
 
 from guardcache.llm.types import Usage
 
@@ -29,12 +30,12 @@ class CachedCheck:
     usage: Usage
 
 
-@dataclass(frozen=True, slots=True)
-class RailResult:
+class RailResult(NamedTuple):
     """The outcome of one rail for one turn, as the runtime and ``check_async`` report it.
 
     ``error`` is set when the check itself failed (backend down, unparseable output) and the rail's
-    ``on_error`` policy decided ``allowed`` instead of the model.
+    ``on_error`` policy decided ``allowed`` instead of the model. A NamedTuple (immutable, and ~4x
+    cheaper to build than a frozen dataclass) because one is made per rail per turn, hits included.
     """
 
     flow: str

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from typing import NamedTuple
 
 from guardcache.library.verdict import RailResult
 from guardcache.llm.stats import ExplainInfo, LLMCallInfo
@@ -10,9 +10,8 @@ from guardcache.llm.stats import ExplainInfo, LLMCallInfo
 REFUSAL = "I'm sorry, I can't respond to that."
 
 
-@dataclass(frozen=True, slots=True)
-class CheckResult:
-    """The verdicts of the rails that ran for some messages (``check_async``)."""
+class CheckResult(NamedTuple):
+    """The verdicts of the rails that ran for some messages (``check_async``); immutable."""
 
     input: tuple[RailResult, ...] = ()
     output: tuple[RailResult, ...] = ()
@@ -27,12 +26,17 @@ class CheckResult:
         return next((r for r in (*self.input, *self.output) if not r.allowed), None)
 
 
-@dataclass(slots=True)
 class TurnInfo:
     """One turn: every LLM call made or served from a cache, and each rail's result."""
 
-    explain: ExplainInfo = field(default_factory=ExplainInfo)
-    checks: CheckResult = field(default_factory=CheckResult)
+    __slots__ = ("checks", "explain")
+
+    def __init__(self, explain: ExplainInfo | None = None, checks: CheckResult | None = None) -> None:
+        self.explain = ExplainInfo() if explain is None else explain
+        self.checks = CheckResult() if checks is None else checks
+
+    def __repr__(self) -> str:
+        return f"TurnInfo(explain={self.explain!r}, checks={self.checks!r})"
 
     @property
     def llm_calls(self) -> list[LLMCallInfo]:

@@ -26,6 +26,16 @@ def test_equivalent_prompts_share_a_key_and_different_ones_do_not() -> None:
     assert ns.key([{"role": "user", "content": "x"}]) != ns.key([{"role": "system", "content": "x"}])
 
 
+def test_field_keys_normalize_each_text_and_keep_the_boundaries() -> None:
+    ns = Namespace.of("content_safety", "nemoguard", "tpl1")
+    assert ns.key_fields(["hi  there", MESSY]) == ns.key_fields(["hi there", "hello world again"])
+    assert ns.key_fields(["a b", "c"]) != ns.key_fields(["a", "b c"])  # length prefixes: no shifting
+    assert ns.key_fields(["a", "b"]) != ns.key_fields(["b", "a"])
+    assert ns.key_fields(["x"]) != ns.key("x")  # a different kind of key
+    assert ns.key_fields(["", "x"]) != ns.key_fields(["x", ""]) != ns.key_fields(["x"])
+    assert len(ns.key_fields(["a", "b"])) == KEY_SIZE
+
+
 def test_every_namespace_field_separates_keys() -> None:
     base = Namespace.of("content_safety", "m", "tpl", {"temperature": 0.0, "max_tokens": 50})
     variants = [
