@@ -26,6 +26,7 @@ from collections.abc import Callable
 from typing import Any
 
 import cachetools
+from machine import describe_speed
 
 from guardcache.cache import LFUCache
 
@@ -188,7 +189,7 @@ def main() -> None:
     mem_acc = {name: bytes_per_entry(make, accessed=True) for name, make in impls.items()}
 
     print(
-        f"machine: {os.cpu_count()} cpus; {args.repeat} rounds; ns/op = best round; "
+        f"machine: {os.cpu_count()} cpus, {describe_speed()}; {args.repeat} rounds; ns/op = best round; "
         f"ratio = guardcache / {ref}: median of per-round ratios (ratio of the bests)"
     )
     header = f"{'workload':30s}" + "".join(f"{n:>18s}" for n in names) + f"{'ratio':>16s}"

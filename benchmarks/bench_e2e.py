@@ -53,6 +53,7 @@ from collections.abc import Sequence
 from e2e_micro import Cost, Throughput, cached_check_costs, profile_warm_turns, warm_throughput
 from e2e_report import Cell, Expected, cell_table, cost_table, overview, throughput_table
 from e2e_support import MODE_NAMES, MODES, EchoChatModel, close_caches, make_rails
+from machine import describe_speed
 
 from guardcache.demo.workload import Turn, build_workload, message_pool
 from guardcache.emulator import EmulatorConfig, EmulatorProcess, LatencyConfig
@@ -224,7 +225,7 @@ async def run(args: argparse.Namespace) -> int:
     load = ", ".join(f"{x:.2f}" for x in os.getloadavg())
     say(
         f"guardcache end-to-end benchmark  (python {sys.version.split()[0]}, {os.cpu_count()} cpus, "
-        f"load average {load})"
+        f"load average {load}; {describe_speed()})"
     )
     say(
         f"guard emulator: child process, time_scale=1, max_running={emu_cfg.latency.max_running}; "
@@ -317,7 +318,10 @@ def summary(
     ok3 = slowest.guarded >= TARGET_TURNS_PER_S and leaked == 0
     say()
     load = ", ".join(f"{x:.2f}" for x in os.getloadavg())
-    say(f"Summary ({elapsed:.0f} s; load average now {load}: targets 2 and 3 are CPU-speed bound)")
+    say(
+        f"Summary ({elapsed:.0f} s; load average now {load}; {describe_speed()}: "
+        "targets 2 and 3 are CPU-speed bound)"
+    )
     if all_cells:
         say(
             f"  1. one backend call per distinct check (c): {'PASS' if exact else 'FAIL'}  "

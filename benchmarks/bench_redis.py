@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
 import random
 import sys
 import tempfile
@@ -40,8 +39,7 @@ from guardcache.library import codec  # noqa: E402
 from guardcache.library.verdict import CachedCheck, Verdict  # noqa: E402
 from guardcache.llm.types import Usage  # noqa: E402
 from tests.integration.redis_support import RedisServer  # noqa: E402
-
-REPLICA = ROOT / "tests" / "integration" / "redis_replica.py"
+from tests.integration.replica_fleet import run_replicas, write_replica_config  # noqa: E402
 
 
 def zipf_workload(seed: int, checks: int, universe: int, alpha: float, unique_share: float) -> list[str]:
@@ -57,74 +55,6 @@ def zipf_workload(seed: int, checks: int, universe: int, alpha: float, unique_sh
             (rank,) = rng.choices(range(universe), weights=weights)
             out.append(f"Popular question {rank}: how do I reset my account password?")
     return out
-
-
-def write_config(folder: Path, base_url: str, store: str, redis_url: str, timeout_ms: int) -> Path:
-    folder.mkdir(parents=True, exist_ok=True)
-    redis = (
-        f"\n      redis: {{url: '{redis_url}', ttl: 3600, key_prefix: bench, timeout_ms: {timeout_ms}}}"
-        if store == "redis"
-        else ""
-    )
-    (folder / "config.yml").write_text(
-        f"""
-models:
-  - type: content_safety
-    engine: nim
-    model: {DEFAULT_MODEL}
-    parameters: {{base_url: "{base_url}", timeout: 30}}
-    cache:
-      enabled: true
-      maxsize: 100000
-      store: {store}{redis}
-rails:
-  input:
-    flows:
-      - content safety check input $model=content_safety
-""",
-        encoding="utf-8",
-    )
-    return folder
-
-
-async def run_replicas(config: Path, workloads: list[list[str]], concurrency: int, tmp: Path) -> list[Any]:
-    procs = []
-    for i, messages in enumerate(workloads):
-        path = tmp / f"workload-{i}.json"
-        path.write_text(json.dumps(messages), encoding="utf-8")
-        procs.append(
-            await asyncio.create_subprocess_exec(
-                sys.executable,
-                str(REPLICA),
-                "--config",
-                str(config),
-                "--messages",
-                str(path),
-                "--concurrency",
-                str(concurrency),
-                stdin=asyncio.subprocess.PIPE,
-                stdout=asyncio.subprocess.PIPE,
-                stderr=asyncio.subprocess.PIPE,
-            )
-        )
-    for proc in procs:
-        assert proc.stdout is not None
-        ready = await proc.stdout.readline()
-        if ready.strip() != b"READY":
-            raise RuntimeError(f"replica did not start: {ready!r}")
-    for proc in procs:
-        assert proc.stdin is not None
-        proc.stdin.write(b"go\n")
-        await proc.stdin.drain()
-    reports = []
-    for proc in procs:
-        out, err = await proc.communicate()
-        if proc.returncode != 0:
-            raise RuntimeError(f"a replica failed:\n{err.decode(errors='replace')[-3000:]}")
-        report = json.loads(out.decode().strip().splitlines()[-1])
-        report["warning_lines"] = sum("unavailable" in line for line in err.decode().splitlines())
-        reports.append(report)
-    return reports
 
 
 def percentile(values: list[float], q: float) -> float:
@@ -144,9 +74,20 @@ async def scenario(
     redis.client().flushall()
     await emu.areset(flush_cache=True)
     with tempfile.TemporaryDirectory() as tmp:
-        config = write_config(Path(tmp) / "config", emu.base_url, store, redis.url, timeout_ms)
+        config = write_replica_config(
+            Path(tmp) / "config",
+            emu.base_url,
+            model=DEFAULT_MODEL,
+            store=store,
+            redis_url=redis.url,
+            key_prefix="bench",
+            maxsize=100_000,
+            ttl=3600,
+            timeout_ms=timeout_ms,
+            backend_timeout=30,
+        )
         started = time.perf_counter()
-        reports = await run_replicas(config, workloads, concurrency, Path(tmp))
+        reports = await run_replicas(config, workloads, Path(tmp), concurrency=concurrency)
         wall = time.perf_counter() - started
     stats = await emu.astats(prompts=False)
     latencies = [x for r in reports for x in r["latencies"]]

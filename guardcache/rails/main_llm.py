@@ -6,6 +6,7 @@ The built-in path calls :class:`ChatClient` directly (no LangChain on the hot pa
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Sequence
 from typing import Any, Protocol
 
@@ -29,6 +30,14 @@ class ClientLLM:
         return result.content, result.usage
 
 
+@functools.cache
+def _message_classes() -> dict[str, Any]:
+    """Role -> langchain-core message class; imported on first use (it is a heavy import), once."""
+    from langchain_core.messages import AIMessage, HumanMessage, SystemMessage
+
+    return {"system": SystemMessage, "user": HumanMessage, "assistant": AIMessage}
+
+
 class LangChainLLM:
     """Any ``langchain_core`` chat model as the main model."""
 
@@ -36,10 +45,9 @@ class LangChainLLM:
         self.llm = llm
 
     async def generate(self, messages: Sequence[dict[str, str]]) -> tuple[str, Usage]:
-        from langchain_core.messages import AIMessage, HumanMessage, SystemMessage
-
-        kinds = {"system": SystemMessage, "user": HumanMessage, "assistant": AIMessage}
-        lc_messages = [kinds.get(m.get("role", "user"), HumanMessage)(content=m["content"]) for m in messages]
+        kinds = _message_classes()
+        human = kinds["user"]
+        lc_messages = [kinds.get(m.get("role", "user"), human)(content=m["content"]) for m in messages]
         reply = await self.llm.ainvoke(lc_messages)
         meta = getattr(reply, "usage_metadata", None) or {}
         details = meta.get("input_token_details") or {}

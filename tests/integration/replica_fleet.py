@@ -1,0 +1,123 @@
+"""Drive a fleet of ``redis_replica.py`` processes: their config, their start barrier, their reports.
+
+Shared by the cross-replica tests and ``benchmarks/bench_redis.py``, so both exercise replicas the
+same way: separate processes (no shared memory, no shared event loop), each with its own L1, that
+meet only in Redis and at the backend.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+REPLICA = Path(__file__).with_name("redis_replica.py")
+
+
+def write_replica_config(
+    folder: Path,
+    base_url: str,
+    *,
+    model: str,
+    store: str = "redis",
+    redis_url: str = "",
+    key_prefix: str = "guardcache",
+    maxsize: int = 1000,
+    ttl: int = 600,
+    timeout_ms: int = 500,
+    backend_timeout: float = 10,
+) -> Path:
+    """A config folder with one content-safety input rail on ``base_url``, cached in ``store``."""
+    folder.mkdir(parents=True, exist_ok=True)
+    redis = (
+        f"\n      redis: {{url: '{redis_url}', ttl: {ttl}, key_prefix: {key_prefix}, "
+        f"timeout_ms: {timeout_ms}, pool_size: 8}}"
+        if store == "redis"
+        else ""
+    )
+    (folder / "config.yml").write_text(
+        f"""
+models:
+  - type: content_safety
+    engine: nim
+    model: {model}
+    parameters: {{base_url: "{base_url}", timeout: {backend_timeout}}}
+    cache:
+      enabled: true
+      maxsize: {maxsize}
+      store: {store}{redis}
+rails:
+  input:
+    flows:
+      - content safety check input $model=content_safety
+""",
+        encoding="utf-8",
+    )
+    return folder
+
+
+async def run_replicas(
+    config: Path,
+    workloads: list[list[str]],
+    tmp: Path,
+    *,
+    concurrency: int = 0,
+    step_timeout: float = 120,
+) -> list[dict[str, Any]]:
+    """Start one replica per workload, release them together, and return their JSON reports.
+
+    Each report gains ``warning_lines``: how many WARNING lines about an unavailable Redis the replica
+    logged. A replica that fails raises with its stderr; none is left running. ``step_timeout``
+    bounds each wait (start-up, then the run), so a stuck replica fails the caller instead of hanging.
+    """
+    procs: list[asyncio.subprocess.Process] = []
+    try:
+        for i, messages in enumerate(workloads):
+            path = tmp / f"workload-{i}.json"
+            path.write_text(json.dumps(messages), encoding="utf-8")
+            procs.append(
+                await asyncio.create_subprocess_exec(
+                    sys.executable,
+                    str(REPLICA),
+                    "--config",
+                    str(config),
+                    "--messages",
+                    str(path),
+                    "--concurrency",
+                    str(concurrency),
+                    stdin=asyncio.subprocess.PIPE,
+                    stdout=asyncio.subprocess.PIPE,
+                    stderr=asyncio.subprocess.PIPE,
+                )
+            )
+        for proc in procs:
+            assert proc.stdout is not None
+            ready = await asyncio.wait_for(proc.stdout.readline(), step_timeout)
+            if ready.strip() != b"READY":
+                _, err = await proc.communicate()
+                raise RuntimeError(
+                    f"a replica did not start ({ready!r}):\n{err.decode(errors='replace')[-3000:]}"
+                )
+        for proc in procs:  # the barrier: every burst starts at the same moment
+            assert proc.stdin is not None
+            proc.stdin.write(b"go\n")
+            await proc.stdin.drain()
+        reports = []
+        for proc in procs:
+            out, err = await asyncio.wait_for(proc.communicate(), step_timeout)
+            if proc.returncode != 0:
+                raise RuntimeError(f"a replica failed:\n{err.decode(errors='replace')[-3000:]}")
+            report = json.loads(out.decode().strip().splitlines()[-1])
+            report["warning_lines"] = sum("unavailable" in line for line in err.decode().splitlines())
+            reports.append(report)
+        return reports
+    finally:
+        for proc in procs:
+            if proc.returncode is None:
+                proc.kill()
+                await proc.wait()
+
+
+__all__ = ["REPLICA", "run_replicas", "write_replica_config"]
