@@ -19,19 +19,21 @@ echoes a safe answer, so the guard effect is not swamped by the main model.
 Targets checked (PASS/FAIL):
   1. (c) makes exactly one backend call per distinct check, at every concurrency;
   2. a cached check costs < 20 us p50 end to end (``check_async``, one input rail);
-  3. with 100% hits the middleware sustains >= 2,000 guarded turns/s (input + output rails, a
-     no-sleep fake chat model).
+  3. with 100% hits the middleware sustains >= 2,000 guarded turns/s on 2 cores (input + output
+     rails, a no-sleep fake chat model). Measured two ways: one process (one event loop: one core),
+     and ``--tput-procs`` worker processes released together, as a 2-core service runs (uvicorn or
+     gunicorn ``--workers 2``). The verdict is on the latter; both are printed.
 
     python benchmarks/bench_e2e.py            # full: 4 alphas x concurrency 1/32/256, ~5 min on 2 cores
     python benchmarks/bench_e2e.py --quick    # ~40 s smoke
     python benchmarks/bench_e2e.py --alphas 0.99 --concurrency 32 256 --turns-scale 0.5 --profile
 
 Reading the results: backend calls and hit rates are the stable outcome (target 1 is exact). At
-concurrency >= 32 latency and turns/s are bounded by the CLIENT's CPU, not by the emulated NIM: each
-backend call costs 3-20 ms of client CPU, most of it httpcore's connection-pool bookkeeping (every
-pool event scans all connections and polls each idle socket), which grows with the pool and the
-queue and feeds back on itself. So those two columns vary run to run (+-30% on the same cell is
-common) and idle pooled connections make a call dearer in the cached modes. Each cell shows the
+concurrency >= 32 latency and turns/s are bounded by the CLIENT's CPU, not by the emulated NIM: a
+backend call costs ~1 ms of client CPU one at a time and 2-4 ms under a deep queue (connection-pool
+bookkeeping grows with the pool and the queue), and two cores are shared with the emulator. So
+those two columns vary run to run (+-30% on the same cell is common) and idle pooled connections
+make a call dearer in the cached modes. Each cell shows the
 client CPU per turn, the emulator's CPU per call, and the cores other processes used meanwhile;
 ``--repeat N`` runs N passes per mode and shows the median with the range.
 
@@ -50,8 +52,16 @@ import sys
 import time
 from collections.abc import Sequence
 
-from e2e_micro import Cost, Throughput, cached_check_costs, profile_warm_turns, warm_throughput
-from e2e_report import Cell, Expected, cell_table, cost_table, overview, throughput_table
+from e2e_micro import (
+    Cost,
+    FleetThroughput,
+    Throughput,
+    cached_check_costs,
+    fleet_throughput,
+    profile_warm_turns,
+    warm_throughput,
+)
+from e2e_report import Cell, Expected, cell_table, cost_table, fleet_table, overview, throughput_table
 from e2e_support import MODE_NAMES, MODES, EchoChatModel, close_caches, make_rails
 from machine import describe_speed
 
@@ -285,6 +295,21 @@ async def run(args: argparse.Namespace) -> int:
         say(f"  backend calls during the timed warm loops: {leaked} (must be 0: 100% hits)")
         say("  us/turn added = 1/guarded - 1/bare; of which checks = 1/guarded - 1/no-rails")
         say(f"  best of {args.tput_rounds} rounds per variant; {load3.describe()}")
+        fleet: list[FleetThroughput] = []
+        if args.tput_procs > 1:
+            say()
+            say(
+                f"Target 3 on {args.tput_procs} cores: {args.tput_procs} worker processes (each its own "
+                "LLMRails and warm cache, EchoChatModel), released together"
+            )
+            procs, levels = args.tput_procs, args.tput_concurrency
+            fleet, leaked_fleet = await fleet_throughput(
+                guard, safe_texts, procs, levels, args.tput_turns, rounds=args.tput_rounds
+            )
+            leaked += leaked_fleet
+            say(fleet_table(fleet))
+            say(f"  backend calls during the timed runs: {leaked_fleet} (must be 0: 100% hits)")
+            say(f"  turns/s = all turns / (last end - first start); best of {args.tput_rounds} rounds")
 
         if args.profile:
             say()
@@ -295,13 +320,14 @@ async def run(args: argparse.Namespace) -> int:
     if all_cells:
         say("Overview (calls = guard emulator requests; a/b/c = no cache / get+put / guardcache)")
         say(overview(all_cells))
-    return summary(all_cells, costs, tput, leaked, time.monotonic() - started)
+    return summary(all_cells, costs, tput, fleet, leaked, time.monotonic() - started)
 
 
 def summary(
     all_cells: list[tuple[dict[str, Cell], Expected]],
     costs: Sequence[Cost],
     tput: Sequence[Throughput],
+    fleet: Sequence[FleetThroughput],
     leaked: int,
     elapsed: float,
 ) -> int:
@@ -313,9 +339,9 @@ def summary(
     e2e = next(c for c in costs if c.layer.startswith("LLMRails.check_async"))
     run_only = next(c for c in costs if c.layer == "LLMCheck.run (hit)")
     echo = [r for r in tput if r.model.startswith("EchoChatModel")]
-    slowest = min(echo, key=lambda r: r.guarded)
     ok2 = e2e.p50_us < TARGET_CHECK_US
-    ok3 = slowest.guarded >= TARGET_TURNS_PER_S and leaked == 0
+    on_cores = [r.guarded for r in fleet] or [r.guarded for r in echo]
+    ok3 = min(on_cores) >= TARGET_TURNS_PER_S and leaked == 0
     say()
     load = ", ".join(f"{x:.2f}" for x in os.getloadavg())
     say(
@@ -336,7 +362,11 @@ def summary(
     )
     per_c = ", ".join(f"c={r.concurrency}: {r.guarded:,.0f}/s (+{r.middleware_us:.0f} us/turn)" for r in echo)
     verdict3 = "PASS" if ok3 else "FAIL"
-    say(f"  3. >= {TARGET_TURNS_PER_S:,.0f} guarded turns/s at 100% hits: {verdict3}  [{per_c}]")
+    say(f"  3. >= {TARGET_TURNS_PER_S:,.0f} guarded turns/s at 100% hits: {verdict3}")
+    if fleet:
+        per_f = ", ".join(f"c={r.procs}x{r.concurrency}: {r.guarded:,.0f}/s" for r in fleet)
+        say(f"     {fleet[0].procs} processes ({fleet[0].procs} cores; the verdict): [{per_f}]")
+    say(f"     1 process (1 core): [{per_c}]")
     return 0 if (exact or not all_cells) and ok2 and ok3 else 1
 
 
@@ -367,6 +397,9 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     p.add_argument("--tput-turns", type=int, default=1000, help="turns per warm throughput run (target 3)")
     p.add_argument("--tput-rounds", type=int, default=3, help="target 3 keeps each variant's best round")
     p.add_argument("--tput-concurrency", type=int, nargs="+", default=[1, 32, 256])
+    p.add_argument(
+        "--tput-procs", type=int, default=2, help="worker processes for target 3 on N cores (1: skip)"
+    )
     p.add_argument("--profile", action="store_true", help="print a cProfile of warm guarded turns")
     p.add_argument("--skip-workload", action="store_true", help="run only targets 2 and 3")
     p.add_argument("--repeat", type=int, default=1, help="passes per mode and cell; the median is shown")

@@ -10,10 +10,14 @@ import asyncio
 import cProfile
 import gc
 import io
+import json
 import pstats
+import sys
+import tempfile
 import time
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from e2e_support import EchoChatModel, close_caches, make_rails, pct, rails_config
@@ -221,6 +225,83 @@ async def warm_throughput(
     return rows, leaked
 
 
+@dataclass(frozen=True, slots=True)
+class FleetThroughput:
+    """Aggregate warm-cache guarded turns/s of ``procs`` worker processes started together."""
+
+    procs: int
+    concurrency: int  # per process
+    turns: int  # per process per round
+    guarded: float  # all processes' turns / (last end - first start), best round
+
+
+WORKER = Path(__file__).with_name("e2e_worker.py")
+
+
+async def fleet_throughput(
+    guard: EmulatorProcess,
+    texts: Sequence[str],
+    procs: int,
+    concurrencies: Sequence[int],
+    turns: int,
+    *,
+    rounds: int = 3,
+) -> tuple[list[FleetThroughput], int]:
+    """Target 3 as a 2-core service runs it: ``procs`` worker processes (one event loop per core),
+    each with its own warm cache, released together; per-process concurrency ``c // procs``.
+
+    Returns the rows and the backend calls made while timing (must be 0: every check a hit).
+    """
+    rows: list[FleetThroughput] = []
+    leaked = 0
+    with tempfile.TemporaryDirectory() as tmp:
+        texts_file = Path(tmp) / "texts.json"
+        texts_file.write_text(json.dumps(list(texts)), encoding="utf-8")
+        for total in concurrencies:
+            per_proc = max(1, total // procs)
+            workers = [
+                await asyncio.create_subprocess_exec(
+                    sys.executable,
+                    str(WORKER),
+                    *("--guard", guard.base_url, "--texts", str(texts_file)),
+                    *("--turns", str(turns), "--concurrency", str(per_proc), "--rounds", str(rounds)),
+                    stdin=asyncio.subprocess.PIPE,
+                    stdout=asyncio.subprocess.PIPE,
+                )
+                for _ in range(procs)
+            ]
+            try:
+                for w in workers:
+                    assert w.stdout is not None
+                    line = await asyncio.wait_for(w.stdout.readline(), 120)
+                    if line.strip() != b"READY":
+                        raise RuntimeError(f"a throughput worker did not start: {line!r}")
+                before = (await guard.astats(prompts=False)).requests_total
+                best = 0.0
+                for _ in range(rounds):
+                    for w in workers:  # the barrier
+                        assert w.stdin is not None
+                        w.stdin.write(b"go\n")
+                        await w.stdin.drain()
+                    reports = []
+                    for w in workers:
+                        assert w.stdout is not None
+                        reports.append(json.loads(await asyncio.wait_for(w.stdout.readline(), 300)))
+                    span = max(r["end"] for r in reports) - min(r["start"] for r in reports)
+                    best = max(best, sum(r["turns"] for r in reports) / span)
+                leaked += (await guard.astats(prompts=False)).requests_total - before
+                rows.append(FleetThroughput(procs, per_proc, turns, best))
+                for w in workers:
+                    if await asyncio.wait_for(w.wait(), 60) != 0:
+                        raise RuntimeError("a throughput worker failed")
+            finally:
+                for w in workers:
+                    if w.returncode is None:
+                        w.kill()
+                        await w.wait()
+    return rows, leaked
+
+
 async def profile_warm_turns(guard: EmulatorProcess, texts: Sequence[str], turns: int, top: int = 30) -> str:
     """cProfile of warm-cache guarded turns at concurrency 32 (EchoChatModel, no sleep)."""
     rails = make_rails("c", guard.base_url, llm=EchoChatModel(delay_s=0.0))
@@ -241,4 +322,13 @@ async def profile_warm_turns(guard: EmulatorProcess, texts: Sequence[str], turns
     return out.getvalue()
 
 
-__all__ = ["Cost", "Throughput", "cached_check_costs", "drive", "profile_warm_turns", "warm_throughput"]
+__all__ = [
+    "Cost",
+    "FleetThroughput",
+    "Throughput",
+    "cached_check_costs",
+    "drive",
+    "fleet_throughput",
+    "profile_warm_turns",
+    "warm_throughput",
+]

@@ -8,7 +8,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from e2e_micro import Cost, Throughput
+from e2e_micro import Cost, FleetThroughput, Throughput
 from e2e_support import MODE_NAMES, MODES, answer_for, norm, pct, ratio, table
 
 from guardcache.demo.workload import Turn
@@ -200,4 +200,13 @@ def throughput_table(rows: Sequence[Throughput]) -> str:
     return table([*headers, "us/turn added", "of which checks"], out)
 
 
-__all__ = ["Cell", "Expected", "cell_table", "cost_table", "overview", "throughput_table"]
+def fleet_table(rows: Sequence[FleetThroughput]) -> str:
+    out = []
+    for r in rows:
+        rate, per_process = f"{r.guarded:,.0f}", f"{r.guarded / r.procs:,.0f}"
+        out.append([r.procs, r.concurrency, r.procs * r.concurrency, r.turns, rate, per_process])
+    headers = ["processes", "conc/process", "conc", "turns/process", "guarded/s", "per process"]
+    return table(headers, out)
+
+
+__all__ = ["Cell", "Expected", "cell_table", "cost_table", "fleet_table", "overview", "throughput_table"]

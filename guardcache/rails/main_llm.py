@@ -43,6 +43,8 @@ class LangChainLLM:
 
     def __init__(self, llm: Any) -> None:
         self.llm = llm
+        # Read once: on a pydantic model a missing attribute costs a raised AttributeError per turn.
+        self.model_name: str | None = getattr(llm, "model_name", None) or getattr(llm, "model", None)
 
     async def generate(self, messages: Sequence[dict[str, str]]) -> tuple[str, Usage]:
         kinds = _message_classes()
@@ -56,7 +58,7 @@ class LangChainLLM:
             completion_tokens=int(meta.get("output_tokens", 0)),
             total_tokens=int(meta.get("total_tokens", 0)),
             cached_prompt_tokens=int(details.get("cache_read", 0) or 0),
-            model=getattr(self.llm, "model_name", None) or getattr(self.llm, "model", None),
+            model=self.model_name,
             provider="langchain",
         )
         return str(reply.content), usage
