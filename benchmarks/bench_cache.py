@@ -9,7 +9,8 @@ Prints ns/op per workload and bytes/entry, side by side from ONE run, with the r
 Each ns/op figure is the best of ``--repeat`` rounds. The implementations are interleaved within a
 round so machine noise hits them alike, and the ratio column is the MEDIAN of the per-round ratios
 (each taken between runs seconds apart), which a noisy neighbour skews far less than a ratio of two
-minima taken in different rounds; both are printed. Not part of the test run.
+minima taken in different rounds; both are printed. The order of the implementations rotates from
+round to round. Not part of the test run.
 """
 
 from __future__ import annotations
@@ -179,9 +180,12 @@ def main() -> None:
     ref = "nemoguardrails" if "nemoguardrails" in impls else "cachetools+RLock"
     results: dict[str, dict[str, float]] = {w: {} for w in workloads}
     ratios: dict[str, list[float]] = {w: [] for w in workloads}
-    for _ in range(args.repeat):
+    for r in range(args.repeat):
+        # Rotate who goes first each round, so an order effect (allocator state, caches warmed by
+        # the previous run) does not always land on the same implementation.
+        order = names[r % len(names) :] + names[: r % len(names)]
         for wname, run in workloads.items():
-            round_ns = {iname: run(make) for iname, make in impls.items()}
+            round_ns = {iname: run(impls[iname]) for iname in order}
             ratios[wname].append(round_ns["guardcache"] / round_ns[ref])
             for iname, ns in round_ns.items():
                 results[wname][iname] = min(ns, results[wname].get(iname, float("inf")))

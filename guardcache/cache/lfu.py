@@ -26,8 +26,10 @@ class CacheEntry:
     key: Hashable
     value: Any
     frequency: int
-    created_at: float  # time.time() when the value was stored (or last replaced)
-    accessed_at: float  # time.time() of the last get hit or put
+    # Wall-clock seconds (time.time() scale). Stored as monotonic readings, converted on read: see
+    # lfu_core.wall_time. So a step of the system clock after the put does not reorder entries.
+    created_at: float  # when the value was stored (or last replaced)
+    accessed_at: float  # the last get hit or put
 
 
 class LFUCache(CacheInterface):
