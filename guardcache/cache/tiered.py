@@ -113,7 +113,14 @@ class TieredCache(CacheInterface):
         waiting_since: float | None = None
         delay = _POLL_FIRST_S
         while True:
-            found = await self.store.get_or_lease(key, token, ignore)
+            try:
+                found = await self.store.get_or_lease(key, token, ignore)
+            except asyncio.CancelledError:
+                # Cancelled with the reply in flight: Redis may have granted us the lease. Release
+                # it (compare-and-delete on our token: a no-op if it was never ours), or every
+                # other replica would wait up to lease_ms for a computation nobody is running.
+                await self._settle(key, token, None)
+                raise
             if isinstance(found, bytes):
                 value = self._decode(found)
                 if value is not None:

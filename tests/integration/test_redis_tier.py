@@ -22,6 +22,16 @@ pytestmark = pytest.mark.integration
 KEY = bytes(range(32))
 
 
+async def gone_within(client: Any, key: str, seconds: float) -> bool:
+    """Whether ``key`` disappears from Redis within ``seconds`` (polled; the release is one round
+    trip, but a loaded CI machine can delay it, so a fixed short sleep would be flaky)."""
+    for _ in range(int(seconds / 0.01)):
+        if not client.exists(key):
+            return True
+        await asyncio.sleep(0.01)
+    return not client.exists(key)
+
+
 class Backend:
     """A compute function that counts its calls (a real coroutine, no mock)."""
 
@@ -197,8 +207,35 @@ async def test_a_failed_leader_releases_its_lease_and_caches_nothing(redis_serve
     assert b.tier_stats().lease_waits == 0
 
 
+async def test_a_lease_granted_while_its_reply_is_in_flight_is_released_on_cancel(
+    redis_server: RedisServer,
+) -> None:
+    """Redis ran the lease script (the lease is ours) but the asker is cancelled before it reads the
+    reply, e.g. a parallel rail cancelled by another rail's block: the lease must still be freed."""
+    tier = make_tier(redis_server.url, lease_ms=30_000)
+    granted = asyncio.Event()
+    real = tier.store.get_or_lease
+
+    async def reply_stuck_in_flight(*args: Any, **kwargs: Any) -> Any:
+        await real(*args, **kwargs)  # the real script: Redis grants the lease
+        granted.set()
+        await asyncio.Event().wait()  # ... but the reply never reaches the caller
+
+    tier.store.get_or_lease = reply_stuck_in_flight  # type: ignore[method-assign]
+    task = asyncio.create_task(tier.get_or_compute(KEY, Backend()))
+    await asyncio.wait_for(granted.wait(), 5)
+    lease_key = tier.store.keys.lease_key(KEY)
+    client = redis_server.client()
+    assert client.exists(lease_key) == 1
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    assert await gone_within(client, lease_key, 2.0)
+
+
 async def test_a_cancelled_leader_releases_its_lease(redis_server: RedisServer) -> None:
-    tier = make_tier(redis_server.url)
+    # A lease that outlives the test by far: only a release (not expiry) can remove it in time.
+    tier = make_tier(redis_server.url, lease_ms=30_000)
     task = asyncio.create_task(tier.get_or_compute(KEY, Backend(delay=5)))
     lease_key = tier.store.keys.lease_key(KEY)
     client = redis_server.client()
@@ -210,8 +247,9 @@ async def test_a_cancelled_leader_releases_its_lease(redis_server: RedisServer) 
     task.cancel()
     with pytest.raises(asyncio.CancelledError):
         await task
-    await asyncio.sleep(0.05)
-    assert client.exists(lease_key) == 0
+    # The asker returns at once; the shared computation is cancelled right after and releases the
+    # lease in one more Redis round trip.
+    assert await gone_within(client, lease_key, 2.0)
 
 
 async def test_aget_aput_adelete_use_both_tiers(redis_server: RedisServer) -> None:
