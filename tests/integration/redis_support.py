@@ -2,7 +2,8 @@
 
 ``tests/integration/conftest.py`` registers the fixtures for every integration test.
 
-``redis_server`` yields a :class:`RedisServer` (``.url``, ``.kill()``, ``.restart()``, ``.client()``);
+``redis_server`` yields a :class:`RedisServer` (``.url``, ``.kill()``, ``.restart()``, ``.pause()``,
+``.resume()``, ``.client()``);
 ``redis_url`` yields just the URL. The server runs without persistence in a temp dir and is killed at
 teardown. A missing ``redis-server`` binary FAILS the test (CI installs it; a silent skip would hide
 the whole tier's coverage).
@@ -11,6 +12,7 @@ the whole tier's coverage).
 from __future__ import annotations
 
 import shutil
+import signal
 import socket
 import subprocess
 import time
@@ -96,6 +98,17 @@ class RedisServer:
         """Kill (if running) and start again on the same port; the data is gone (no persistence)."""
         self.kill()
         self.start()
+
+    def pause(self) -> None:
+        """SIGSTOP: the server hangs (connections are accepted by the kernel, nothing is answered)
+        until :meth:`resume`, however long the test takes under load."""
+        assert self.proc is not None and self.proc.poll() is None, "redis-server is not running"
+        self.proc.send_signal(signal.SIGSTOP)
+
+    def resume(self) -> None:
+        """SIGCONT: a paused server answers again, starting with the commands that waited."""
+        assert self.proc is not None, "redis-server is not running"
+        self.proc.send_signal(signal.SIGCONT)
 
     @property
     def running(self) -> bool:

@@ -63,15 +63,22 @@ async def test_a_repeated_prefix_is_served_from_cache_with_a_lower_ttft(emulator
         cold_ttft, _, cold = await stream_timing(
             client, [{"role": "user", "content": LONG_STATIC_PREFIX + "first question"}], max_tokens=2
         )
-        warm_ttft, _, warm = await stream_timing(
-            client, [{"role": "user", "content": LONG_STATIC_PREFIX + "second question"}], max_tokens=2
-        )
+        warm_runs = [
+            await stream_timing(
+                client, [{"role": "user", "content": LONG_STATIC_PREFIX + f"question {i}"}], max_tokens=2
+            )
+            for i in range(3)
+        ]
     assert cold["prompt_tokens_details"]["cached_tokens"] == 0
-    shared = warm["prompt_tokens_details"]["cached_tokens"]
-    assert shared >= 1900 and shared % 64 == 0
-    # Modelled: 24 ms + prefill 4 ms + 0.03 ms/token -> ~89 ms cold, ~30 ms warm.
+    for _, _, warm in warm_runs:
+        shared = warm["prompt_tokens_details"]["cached_tokens"]
+        assert shared >= 1900 and shared % 64 == 0
+    # Modelled: 24 ms + prefill 4 ms + 0.03 ms/token -> ~89 ms cold, ~30 ms warm. The emulator runs
+    # in this process, so a loaded CPU can only add to a measured TTFT: the fastest of three warm
+    # requests is the model's figure even if one of them was descheduled (a late cold one only helps).
+    warm_ttft = min(ttft for ttft, _, _ in warm_runs)
     assert cold_ttft > 0.08
-    assert warm_ttft < cold_ttft - 0.03
+    assert warm_ttft < cold_ttft - 0.03, (cold_ttft, [ttft for ttft, _, _ in warm_runs])
 
 
 async def test_tokens_stream_at_the_decode_pace(emulator_factory: Any) -> None:

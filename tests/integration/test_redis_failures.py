@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import statistics
 import time
 from typing import Any
 
@@ -90,21 +91,32 @@ async def test_a_slow_redis_does_not_slow_requests(
     caplog.set_level(logging.INFO, logger=TIER_LOG)
     tier = make_tier(redis_server.url, timeout_ms=50, breaker_base_s=0.05, breaker_cap_s=0.2)
     await tier.get_or_compute(b"\x00" * 32, Backend())  # connected and warm
-    redis_server.client().execute_command("CLIENT", "PAUSE", "800", "ALL")  # Redis hangs for 0.8 s
-    latencies = []
-    started = time.monotonic()
-    for i in range(1, 41):
-        t0 = time.monotonic()
-        assert await tier.get_or_compute(bytes([i]) * 32, Backend()) == verdict()
-        latencies.append(time.monotonic() - t0)
-        await asyncio.sleep(0.01)
-    assert max(latencies) < 0.05 + 0.06, latencies  # ~timeout_ms at worst, for the first one
-    assert sum(latencies) < 0.35  # the open circuit makes the others cost nothing
-    assert time.monotonic() - started < 0.8  # all of it while Redis was still paused
-    assert tier.tier_stats().l2_errors >= 1
-    await asyncio.sleep(0.8)
-    await wait_until_closed(tier)
-    assert len(tier_warnings(caplog)) <= 3
+    # Redis hangs until resumed: unlike a fixed CLIENT PAUSE, the hang cannot end before the loop
+    # below does on a slow, loaded machine (which made the old "still paused" check flaky).
+    redis_server.pause()
+    try:
+        latencies = []
+        for i in range(1, 41):
+            t0 = time.monotonic()
+            assert await tier.get_or_compute(bytes([i]) * 32, Backend()) == verdict()
+            latencies.append(time.monotonic() - t0)
+            await asyncio.sleep(0.01)
+    finally:
+        redis_server.resume()
+    # The first request pays the 50 ms budget, which a loop stalled by a busy CPU may extend (by
+    # design) up to twice, so its wall-clock bound has room for that; the log line proves that it was
+    # the request's budget that cut the wait short, not redis-py's 200 ms backstop.
+    assert max(latencies) < 0.3, latencies
+    warnings = tier_warnings(caplog)
+    assert warnings and "TimeoutError: no answer within 50 ms" in warnings[0], warnings
+    # The open circuit makes the others cost nothing: the median is robust to a descheduled request
+    # or two, and 40 requests each paying the budget would sum to 2 s.
+    assert statistics.median(latencies) < 0.01, latencies
+    assert sum(latencies) < 1.0, latencies
+    stats = tier.tier_stats()
+    assert stats.l2_errors >= 1 and stats.l2_unavailable == 40
+    await wait_until_closed(tier, within=5.0)
+    assert len(tier_warnings(caplog)) <= 3  # throttled
 
 
 async def test_a_refusing_redis_does_not_fail_requests(redis_server: RedisServer) -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import re
 import time
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -32,17 +33,32 @@ async def gone_within(client: Any, key: str, seconds: float) -> bool:
     return not client.exists(key)
 
 
+async def true_within(predicate: Callable[[], object], seconds: float) -> bool:
+    """Whether ``predicate()`` becomes true within ``seconds`` (polled: e.g. a tier's first request
+    also connects, which a loaded CI machine can stretch far past a fixed short sleep)."""
+    for _ in range(int(seconds / 0.005)):
+        if predicate():
+            return True
+        await asyncio.sleep(0.005)
+    return bool(predicate())
+
+
 class Backend:
     """A compute function that counts its calls (a real coroutine, no mock)."""
 
-    def __init__(self, value: Any = None, *, delay: float = 0.0, fail: bool = False) -> None:
+    def __init__(
+        self, value: Any = None, *, delay: float = 0.0, fail: bool = False, gate: asyncio.Event | None = None
+    ) -> None:
         self.value = value if value is not None else verdict()
         self.delay = delay
         self.fail = fail
+        self.gate = gate  # if given, each call waits for it to be set
         self.calls = 0
 
     async def __call__(self) -> Any:
         self.calls += 1
+        if self.gate is not None:
+            await self.gate.wait()
         if self.delay:
             await asyncio.sleep(self.delay)
         if self.fail:
@@ -152,29 +168,40 @@ async def test_concurrent_askers_in_one_process_share_one_load(redis_server: Red
 
 async def test_two_tiers_share_one_backend_call_through_the_lease(redis_server: RedisServer) -> None:
     a, b = make_tier(redis_server.url), make_tier(redis_server.url)
-    backend = Backend(delay=0.2)
-
-    async def late() -> Any:
-        await asyncio.sleep(0.03)  # a has the lease by now
-        return await b.get_or_compute(KEY, backend)
-
+    gate = asyncio.Event()
+    backend = Backend(gate=gate)
+    client = redis_server.client()
+    # Each step is waited for, not assumed after a fixed sleep: a holds the lease (its computation
+    # is parked on the gate), then b is waiting on that lease, then a's computation finishes.
+    leader = asyncio.create_task(a.get_or_compute(KEY, backend))
+    assert await true_within(lambda: client.exists(a.store.keys.lease_key(KEY)), 5.0)
+    waiter = asyncio.create_task(b.get_or_compute(KEY, backend))
+    assert await true_within(lambda: b.tier_stats().lease_waits == 1, 5.0)
+    await asyncio.sleep(0.2)  # a's computation goes on: b keeps waiting, it does not compute itself
+    assert backend.calls == 1 and not waiter.done()
     started = time.monotonic()
-    assert await asyncio.gather(a.get_or_compute(KEY, backend), late()) == [verdict()] * 2
+    gate.set()
+    assert await asyncio.gather(leader, waiter) == [verdict()] * 2
     assert backend.calls == 1
-    assert time.monotonic() - started < 0.45
+    # b picks a's value up at its next poll (<= 50 ms apart): 0.5 s leaves room for a loaded machine
+    # and is still far below b giving up on the lease (lease_ms + margin = 5.25 s).
+    assert time.monotonic() - started < 0.5
     sb = b.tier_stats()
     assert (sb.lease_waits, sb.l2_hits, sb.computations) == (1, 1, 0)
 
 
 async def test_a_waiter_takes_over_a_lease_whose_holder_died(redis_server: RedisServer) -> None:
     tier = make_tier(redis_server.url, lease_ms=5000)
+    backend = Backend()
+    # Started before the lease is set: the lower bound then holds however long the SET took.
+    started = time.monotonic()
     # A "leader" that crashed after taking the lease: the lease exists, the value never comes.
     redis_server.client().set(tier.store.keys.lease_key(KEY), "dead-leader", px=300)
-    backend = Backend()
-    started = time.monotonic()
     assert await tier.get_or_compute(KEY, backend) == verdict()
     elapsed = time.monotonic() - started
-    assert 0.25 <= elapsed < 0.6, elapsed  # waited for the lease to expire, then took over
+    # Waited for the lease to expire (0.3 s), then took over within a poll (~0.35 s idle). The upper
+    # bound allows a loaded machine and stays far below giving up on the lease (5.25 s).
+    assert 0.25 <= elapsed < 1.0, elapsed
     assert backend.calls == 1
     stats = tier.tier_stats()
     assert (stats.lease_waits, stats.lease_takeovers, stats.lease_timeouts) == (1, 1, 0)
@@ -203,7 +230,9 @@ async def test_a_failed_leader_releases_its_lease_and_caches_nothing(redis_serve
     backend = Backend()
     started = time.monotonic()
     assert await b.get_or_compute(KEY, backend) == verdict()
-    assert time.monotonic() - started < 0.1  # no waiting on a leftover lease
+    # No waiting on a leftover lease (that would take up to lease_ms = 5 s). Idle this is a few ms,
+    # b's first connection included; 0.5 s leaves room for a loaded machine.
+    assert time.monotonic() - started < 0.5
     assert b.tier_stats().lease_waits == 0
 
 
@@ -239,11 +268,7 @@ async def test_a_cancelled_leader_releases_its_lease(redis_server: RedisServer) 
     task = asyncio.create_task(tier.get_or_compute(KEY, Backend(delay=5)))
     lease_key = tier.store.keys.lease_key(KEY)
     client = redis_server.client()
-    for _ in range(100):
-        if client.exists(lease_key):
-            break
-        await asyncio.sleep(0.005)
-    assert client.exists(lease_key) == 1
+    assert await true_within(lambda: client.exists(lease_key), 5.0)
     task.cancel()
     with pytest.raises(asyncio.CancelledError):
         await task
@@ -301,8 +326,6 @@ async def test_stats_deltas_are_flushed_in_batches_not_per_request(redis_server:
     await asyncio.sleep(0.02)
     assert client.hgetall(tier.store.keys.stats_key) == {}  # nothing yet: below the batch size
     await tier.get_or_compute(bytes([99]) * 32, Backend())
-    for _ in range(50):  # the flush runs in the background
-        if client.hget(tier.store.keys.stats_key, "lookups"):
-            break
-        await asyncio.sleep(0.01)
+    # the flush runs in the background
+    assert await true_within(lambda: client.hget(tier.store.keys.stats_key, "lookups"), 5.0)
     assert int(client.hget(tier.store.keys.stats_key, "lookups") or 0) == 25
