@@ -109,7 +109,7 @@ def make_fields_key(namespace: bytes, fields: Sequence[str]) -> bytes:
     h = hashlib.blake2b(namespace, digest_size=KEY_SIZE)
     h.update(b"\x00f\x00")
     for text in fields:
-        data = " ".join(text.split()).encode("utf-8")  # normalize_text, inlined
+        data = normalize_text(text).encode("utf-8")
         h.update(len(data).to_bytes(8, "little"))
         h.update(data)
     return h.digest()
