@@ -20,13 +20,16 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from e2e_support import EchoChatModel, close_caches, make_rails, pct, rails_config
+from e2e_support import EchoChatModel, close_caches, make_rails, pct, rails_config, user_turn
 from langchain_core.language_models.fake_chat_models import FakeListChatModel
 from langchain_core.messages import HumanMessage
 
 from guardcache import LLMRails
 from guardcache.emulator import EmulatorProcess
 from guardcache.llm.stats import request_scope
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the process fleet helper in tests/
+from tests.integration.process_fleet import ProcessFleet
 
 # -- timing helpers -------------------------------------------------------------------------------
 
@@ -200,11 +203,7 @@ async def warm_throughput(
         guarded = make_rails("c", guard.base_url, llm=llm)
         plain = LLMRails(rails_config(guard.base_url, cache=True, input_=False, output=False), llm=llm)
 
-        async def turn(t: str, r: LLMRails = guarded) -> Any:
-            return await r.generate_async([{"role": "user", "content": t}])
-
-        async def no_rails(t: str, r: LLMRails = plain) -> Any:
-            return await r.generate_async([{"role": "user", "content": t}])
+        turn, no_rails = user_turn(guarded), user_turn(plain)
 
         async def bare(t: str, m: Any = llm) -> Any:
             return await m.ainvoke([HumanMessage(content=t)])
@@ -259,56 +258,28 @@ async def fleet_throughput(
         texts_file.write_text(json.dumps(list(texts)), encoding="utf-8")
         for total in concurrencies:
             per_proc = max(1, total // procs)
-            workers = [
-                await asyncio.create_subprocess_exec(
-                    sys.executable,
-                    str(WORKER),
-                    *("--guard", guard.base_url, "--texts", str(texts_file)),
-                    *("--turns", str(turns), "--concurrency", str(per_proc), "--rounds", str(rounds)),
-                    stdin=asyncio.subprocess.PIPE,
-                    stdout=asyncio.subprocess.PIPE,
-                )
-                for _ in range(procs)
-            ]
-            try:
-                for w in workers:
-                    assert w.stdout is not None
-                    line = await asyncio.wait_for(w.stdout.readline(), 120)
-                    if line.strip() != b"READY":
-                        raise RuntimeError(f"a throughput worker did not start: {line!r}")
+            argv = [sys.executable, str(WORKER), "--guard", guard.base_url, "--texts", str(texts_file)]
+            argv += ["--turns", str(turns), "--concurrency", str(per_proc), "--rounds", str(rounds)]
+            async with ProcessFleet([argv] * procs, step_timeout=300) as fleet:
                 before = (await guard.astats(prompts=False)).requests_total
                 best = 0.0
                 for _ in range(rounds):
-                    for w in workers:  # the barrier
-                        assert w.stdin is not None
-                        w.stdin.write(b"go\n")
-                        await w.stdin.drain()
-                    reports = []
-                    for w in workers:
-                        assert w.stdout is not None
-                        reports.append(json.loads(await asyncio.wait_for(w.stdout.readline(), 300)))
+                    await fleet.release()
+                    reports = [json.loads(await fleet.readline(w)) for w in fleet.procs]
                     span = max(r["end"] for r in reports) - min(r["start"] for r in reports)
                     best = max(best, sum(r["turns"] for r in reports) / span)
                 leaked += (await guard.astats(prompts=False)).requests_total - before
                 rows.append(FleetThroughput(procs, per_proc, turns, best))
-                for w in workers:
+                for w in fleet.procs:
                     if await asyncio.wait_for(w.wait(), 60) != 0:
                         raise RuntimeError("a throughput worker failed")
-            finally:
-                for w in workers:
-                    if w.returncode is None:
-                        w.kill()
-                        await w.wait()
     return rows, leaked
 
 
 async def profile_warm_turns(guard: EmulatorProcess, texts: Sequence[str], turns: int, top: int = 30) -> str:
     """cProfile of warm-cache guarded turns at concurrency 32 (EchoChatModel, no sleep)."""
     rails = make_rails("c", guard.base_url, llm=EchoChatModel(delay_s=0.0))
-
-    async def turn(t: str) -> Any:
-        return await rails.generate_async([{"role": "user", "content": t}])
-
+    turn = user_turn(rails)
     await drive(turn, texts, len(texts), 32)
     prof = cProfile.Profile()
     prof.enable()

@@ -9,7 +9,7 @@ import asyncio
 import inspect
 import math
 import time
-from collections.abc import Hashable, Sequence
+from collections.abc import Awaitable, Callable, Hashable, Sequence
 from typing import Any
 
 from langchain_core.language_models.chat_models import BaseChatModel
@@ -180,6 +180,15 @@ def make_rails(mode: str, guard_url: str, llm: Any | None, *, output: bool = Tru
     if mode == "b":
         install_get_then_put(rails)
     return rails
+
+
+def user_turn(rails: LLMRails) -> Callable[[str], Awaitable[Any]]:
+    """``turn(text)``: one ``generate_async`` turn of ``rails`` with ``text`` as the user message."""
+
+    async def turn(text: str) -> Any:
+        return await rails.generate_async([{"role": "user", "content": text}])
+
+    return turn
 
 
 def close_caches(rails: LLMRails) -> None:

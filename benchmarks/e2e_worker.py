@@ -15,18 +15,14 @@ import asyncio
 import json
 import sys
 import time
-from typing import Any
 
 from e2e_micro import drive
-from e2e_support import EchoChatModel, make_rails
+from e2e_support import EchoChatModel, make_rails, user_turn
 
 
 async def run(args: argparse.Namespace, texts: list[str]) -> None:
     rails = make_rails("c", args.guard, llm=EchoChatModel(delay_s=0.0))
-
-    async def turn(text: str) -> Any:
-        return await rails.generate_async([{"role": "user", "content": text}])
-
+    turn = user_turn(rails)
     await drive(turn, texts, len(texts), 32)  # fills the cache
     await drive(turn, texts, min(args.turns, 500), args.concurrency)  # warm-up, all hits
     print("READY", flush=True)

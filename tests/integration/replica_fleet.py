@@ -13,6 +13,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from tests.integration.process_fleet import ProcessFleet
+
 REPLICA = Path(__file__).with_name("redis_replica.py")
 
 
@@ -72,40 +74,16 @@ async def run_replicas(
     logged. A replica that fails raises with its stderr; none is left running. ``step_timeout``
     bounds each wait (start-up, then the run), so a stuck replica fails the caller instead of hanging.
     """
-    procs: list[asyncio.subprocess.Process] = []
-    try:
-        for i, messages in enumerate(workloads):
-            path = tmp / f"workload-{i}.json"
-            path.write_text(json.dumps(messages), encoding="utf-8")
-            procs.append(
-                await asyncio.create_subprocess_exec(
-                    sys.executable,
-                    str(REPLICA),
-                    "--config",
-                    str(config),
-                    "--messages",
-                    str(path),
-                    "--concurrency",
-                    str(concurrency),
-                    stdin=asyncio.subprocess.PIPE,
-                    stdout=asyncio.subprocess.PIPE,
-                    stderr=asyncio.subprocess.PIPE,
-                )
-            )
-        for proc in procs:
-            assert proc.stdout is not None
-            ready = await asyncio.wait_for(proc.stdout.readline(), step_timeout)
-            if ready.strip() != b"READY":
-                _, err = await proc.communicate()
-                raise RuntimeError(
-                    f"a replica did not start ({ready!r}):\n{err.decode(errors='replace')[-3000:]}"
-                )
-        for proc in procs:  # the barrier: every burst starts at the same moment
-            assert proc.stdin is not None
-            proc.stdin.write(b"go\n")
-            await proc.stdin.drain()
+    argvs = []
+    for i, messages in enumerate(workloads):
+        path = tmp / f"workload-{i}.json"
+        path.write_text(json.dumps(messages), encoding="utf-8")
+        argv = [sys.executable, str(REPLICA), "--config", str(config), "--messages", str(path)]
+        argvs.append([*argv, "--concurrency", str(concurrency)])
+    async with ProcessFleet(argvs, capture_stderr=True, step_timeout=step_timeout) as fleet:
+        await fleet.release()  # every burst starts at the same moment
         reports = []
-        for proc in procs:
+        for proc in fleet.procs:
             out, err = await asyncio.wait_for(proc.communicate(), step_timeout)
             if proc.returncode != 0:
                 raise RuntimeError(f"a replica failed:\n{err.decode(errors='replace')[-3000:]}")
@@ -113,11 +91,6 @@ async def run_replicas(
             report["warning_lines"] = sum("unavailable" in line for line in err.decode().splitlines())
             reports.append(report)
         return reports
-    finally:
-        for proc in procs:
-            if proc.returncode is None:
-                proc.kill()
-                await proc.wait()
 
 
 __all__ = ["REPLICA", "run_replicas", "write_replica_config"]
