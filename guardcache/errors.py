@@ -43,6 +43,20 @@ class BackendProtocolError(BackendError):
     """The backend answered 200 with a body that is not the expected OpenAI shape."""
 
 
+class InputRejectedError(GuardcacheError):
+    """The guard cannot judge this input because of the input itself, so the input is unsafe.
+
+    Raised for text that cannot be encoded (lone surrogates), text over ``max_input_chars``, and a
+    backend that refuses the request as bad (HTTP 400/413/422: too long for its context, undecodable).
+    A user can produce any of these at will, so treating them as an outage would let ``on_error:
+    allow`` switch the check off: a rail turns this error into a block, whatever ``on_error`` says.
+    """
+
+
+class BackendInputRejectedError(BackendStatusError, InputRejectedError):
+    """The backend refused the request because of its content (HTTP 400/413/422): an unsafe input."""
+
+
 class ParseError(GuardcacheError):
     """A model's completion could not be read as a verdict (e.g. invalid JSON, missing key)."""
 
@@ -50,10 +64,12 @@ class ParseError(GuardcacheError):
 __all__ = [
     "BackendConnectionError",
     "BackendError",
+    "BackendInputRejectedError",
     "BackendProtocolError",
     "BackendStatusError",
     "BackendTimeoutError",
     "ConfigError",
     "GuardcacheError",
+    "InputRejectedError",
     "ParseError",
 ]
