@@ -6,16 +6,18 @@ $model=content_safety``). This module owns that syntax and the one table of flow
 so a new check registers itself here (``register_flow``) and the config loader, the prompt validation
 and the runtime all see it at once.
 
-This is a leaf module: it imports nothing from the rest of guardcache.
+This is a leaf module: it imports nothing from the rest of guardcache. The checks register their
+flows from their own folders (``guardcache.library.<check>.flows``, collected by
+``guardcache.library.catalog``), which the config imports before it validates.
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
-from typing import Literal
+from typing import Any, Literal
 
 Direction = Literal["input", "output"]
 
@@ -82,14 +84,31 @@ class FlowRef:
         return self.args.get("model")
 
 
+Backend = Literal["chat", "classify"]
+"""``chat``: an OpenAI-compatible chat completion read by an output parser; ``classify``: a JSON
+classifier endpoint (NemoGuard JailbreakDetect's ``{"input": text}``)."""
+
+MessageBuilder = Callable[[list[dict[str, str]], Mapping[str, Any]], list[dict[str, str]]]
+"""Turns a check's rendered prompt messages and its variables into the request's messages."""
+
+
 @dataclass(frozen=True, slots=True)
 class FlowSpec:
-    """What guardcache knows about a flow it can run.
+    """What guardcache knows about a flow it can run: pure data, so config validation needs no runtime.
 
-    ``direction`` says which rail group it belongs to; ``required_args`` must be present and no other
-    argument is accepted; ``prompt_task`` is the prompt task the flow renders (``None`` for a flow that
-    needs no prompt); ``variables`` are the only placeholders that prompt may use, so a template typo
-    fails when the config loads instead of reaching the model verbatim.
+    ``direction`` says which rail group it belongs to; ``required_args`` must be present and
+    ``optional_args`` may be, nothing else; ``prompt_task`` is the prompt task the flow renders
+    (``None`` for a flow that needs no prompt); ``variables`` are the texts the check reads from the
+    turn (the prompt may use them, the cache key covers all of them); ``settings`` are read-only
+    config values a template may also use (``reasoning_enabled``), part of the cache namespace.
+
+    ``models`` names the model types a flow without ``$model=`` runs on, first configured wins
+    (``self check input`` uses a ``self_check_input`` model if there is one, else ``main``);
+    ``model_required`` False means the model entry is optional (the jailbreak NIM's endpoint comes
+    from ``rails.config``; a ``jailbreak_detection`` model only gives it a cache).
+    ``default_parser`` reads the answer when the prompt names no ``output_parser``; ``params`` are
+    generation defaults (the prompt's ``max_tokens`` and the model's parameters override them);
+    ``build_messages`` shapes the request (default: the rendered prompt as it is).
     """
 
     name: str
@@ -97,7 +116,23 @@ class FlowSpec:
     required_args: tuple[str, ...] = ()
     prompt_task: str | None = None
     variables: tuple[str, ...] = ()
+    settings: tuple[str, ...] = ()
+    backend: Backend = "chat"
+    optional_args: tuple[str, ...] = ()
+    models: tuple[str, ...] = ()
+    model_required: bool = True
+    default_parser: str | None = None
+    params: Mapping[str, Any] = field(default_factory=lambda: MappingProxyType({}), hash=False)
+    build_messages: MessageBuilder | None = field(default=None, compare=False, hash=False)
 
+    @property
+    def accepted_args(self) -> tuple[str, ...]:
+        return (*self.required_args, *self.optional_args)
+
+
+DEFAULT_MAX_INPUT_CHARS = 32_768
+"""The longest text a check sends (characters, per text): ~8k tokens, the NemoGuard NIMs' context.
+Longer text cannot be judged whole, so it is unsafe (``rails.max_input_chars`` changes it)."""
 
 KNOWN_FLOWS: dict[str, FlowSpec] = {}
 """Every flow guardcache can run, by name. Extend it with ``register_flow``, not by assignment."""
@@ -113,38 +148,23 @@ def register_flow(spec: FlowSpec) -> FlowSpec:
 
 
 def prompt_variables() -> dict[str, frozenset[str]]:
-    """Prompt task -> the placeholders its template may use, over all known flows."""
+    """Prompt task -> the names its template may use (variables and settings), over all known flows."""
     table: dict[str, frozenset[str]] = {}
     for spec in KNOWN_FLOWS.values():
         if spec.prompt_task is not None:
-            table[spec.prompt_task] = table.get(spec.prompt_task, frozenset()) | set(spec.variables)
+            names = {*spec.variables, *spec.settings}
+            table[spec.prompt_task] = table.get(spec.prompt_task, frozenset()) | names
     return table
 
 
-register_flow(
-    FlowSpec(
-        name="content safety check input",
-        direction="input",
-        required_args=("model",),
-        prompt_task="content_safety_check_input",
-        variables=("user_input",),
-    )
-)
-register_flow(
-    FlowSpec(
-        name="content safety check output",
-        direction="output",
-        required_args=("model",),
-        prompt_task="content_safety_check_output",
-        variables=("user_input", "bot_response"),
-    )
-)
-
 __all__ = [
+    "DEFAULT_MAX_INPUT_CHARS",
     "KNOWN_FLOWS",
+    "Backend",
     "Direction",
     "FlowRef",
     "FlowSpec",
+    "MessageBuilder",
     "prompt_variables",
     "register_flow",
     "split_ref",

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -20,13 +21,29 @@ KEY_SIZE = 32
 Prompt = str | Sequence[Mapping[str, Any]]
 
 
-def normalize_text(text: str) -> str:
-    """Collapse every run of Unicode whitespace to one space and strip the ends.
+# Anything normalize_text would change; most texts have none, and one search is cheaper than the work.
+_NEEDS_WORK = re.compile(r"[\t\r\f\v]|  |\n\n\n| \n|\n |^[ \n]|[ \n]\Z")
+_HSPACE = re.compile(r"[ \t\f\v]+")
+_BLANK_LINES = re.compile(r"\n{3,}")
 
-    ``str.split()`` splits on exactly the characters ``str.isspace`` accepts (including NBSP, the
-    ideographic space and line/paragraph separators), so "hello\\u00a0 world\\n" -> "hello world".
+
+def normalize_text(text: str) -> str:
+    """Fold layout-only differences: ASCII space/tab runs, line endings, blank-line runs, the ends.
+
+    Runs of spaces, tabs, form feeds and vertical tabs become one space; CRLF and CR become LF;
+    spaces next to a line break go; three or more line breaks become two; the ends are stripped.
+    Nothing else changes: NBSP, U+2028, the C0 separators ``\\x1c``-``\\x1f``, ``\\x85``,
+    zero-width characters stay as they are, because a model may read them differently from a space
+    (folding them let one user's "cook\\u00a0drugs", judged safe, answer for "cook drugs"). The
+    checks send the model the normalized text, so a key always stands for exactly what was judged.
+    Idempotent.
     """
-    return " ".join(text.split())
+    if _NEEDS_WORK.search(text) is None:
+        return text
+    if "\r" in text:
+        text = text.replace("\r\n", "\n").replace("\r", "\n")
+    text = _HSPACE.sub(" ", text).replace(" \n", "\n").replace("\n ", "\n")
+    return _BLANK_LINES.sub("\n\n", text).strip(" \n")
 
 
 def normalize_messages(messages: Sequence[Mapping[str, Any]]) -> list[tuple[str, str]]:
@@ -106,10 +123,17 @@ def make_fields_key(namespace: bytes, fields: Sequence[str]) -> bytes:
     the two-variable checks' key (user input and bot response): ~4x cheaper than JSON-encoding
     them as messages.
     """
+    return digest_fields(namespace, [normalize_text(text) for text in fields])
+
+
+def digest_fields(namespace: bytes, fields: Sequence[str]) -> bytes:
+    """:func:`make_fields_key` for texts that are already normalized (the checks normalize once,
+    render that text and key it). ``UnicodeEncodeError`` for text that is not valid Unicode (a lone
+    surrogate): such text cannot be sent to a model either, and the caller must say so."""
     h = hashlib.blake2b(namespace, digest_size=KEY_SIZE)
     h.update(b"\x00f\x00")
     for text in fields:
-        data = normalize_text(text).encode("utf-8")
+        data = text.encode("utf-8")
         h.update(len(data).to_bytes(8, "little"))
         h.update(data)
     return h.digest()
@@ -119,6 +143,7 @@ __all__ = [
     "KEY_SIZE",
     "Namespace",
     "Prompt",
+    "digest_fields",
     "make_fields_key",
     "make_key",
     "normalize_messages",

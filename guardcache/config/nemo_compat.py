@@ -41,10 +41,12 @@ NEMO_TOP_LEVEL_KEYS: frozenset[str] = frozenset(
 )
 """Top-level keys of NeMo's ``RailsConfig`` that guardcache ignores."""
 
-NEMO_RAILS_KEYS: frozenset[str] = frozenset(
-    {"actions", "config", "dialog", "retrieval", "tool_input", "tool_output"}
-)
+NEMO_RAILS_KEYS: frozenset[str] = frozenset({"actions", "dialog", "retrieval", "tool_input", "tool_output"})
 """Keys under ``rails:`` that guardcache ignores (it runs only ``rails.input`` and ``rails.output``)."""
+
+USED_RAIL_SETTINGS: frozenset[str] = frozenset({"jailbreak_detection", "content_safety"})
+"""Sections of ``rails.config`` guardcache reads; NeMo's others configure rails it does not run
+(their flows are refused at load), so they are ignored with the rest."""
 
 NEMO_RAIL_GROUP_KEYS: dict[str, frozenset[str]] = {
     "input": frozenset({"speculative_generation"}),
@@ -70,6 +72,10 @@ def strip_unused_nemo_keys(data: dict[str, Any]) -> tuple[dict[str, Any], list[s
             if isinstance(settings, dict):
                 rails[group] = {k: v for k, v in settings.items() if k not in keys}
                 ignored += [f"rails.{group}.{k}" for k in settings if k in keys]
+        settings = rails.get("config")
+        if isinstance(settings, dict):
+            rails["config"] = {k: v for k, v in settings.items() if k in USED_RAIL_SETTINGS}
+            ignored += [f"rails.config.{k}" for k in settings if k not in USED_RAIL_SETTINGS]
         out["rails"] = rails
     return out, sorted(ignored)
 
@@ -78,5 +84,6 @@ __all__ = [
     "NEMO_RAILS_KEYS",
     "NEMO_RAIL_GROUP_KEYS",
     "NEMO_TOP_LEVEL_KEYS",
+    "USED_RAIL_SETTINGS",
     "strip_unused_nemo_keys",
 ]

@@ -11,6 +11,7 @@ from __future__ import annotations
 import difflib
 import logging
 import os
+import re
 from typing import Annotated, Any, Literal
 
 from pydantic import (
@@ -31,11 +32,15 @@ from guardcache.config.models import (
     null_is_empty,
 )
 from guardcache.config.nemo_compat import strip_unused_nemo_keys
+from guardcache.config.settings import RailSettings
 from guardcache.errors import ConfigError
-from guardcache.flows import KNOWN_FLOWS, FlowRef, prompt_variables
+from guardcache.flows import DEFAULT_MAX_INPUT_CHARS, KNOWN_FLOWS, FlowRef, FlowSpec, prompt_variables
+from guardcache.library import catalog as _catalog  # registers every check's flows
 from guardcache.prompts.loader import default_prompts, select_prompt, with_defaults
 from guardcache.prompts.render import template_problems
-from guardcache.prompts.templates import TaskPrompt, split_task
+from guardcache.prompts.templates import PositiveInt, TaskPrompt, split_task
+
+assert _catalog.PARSERS  # the import above is for its side effect: the flows exist before validation
 
 logger = logging.getLogger(__name__)
 
@@ -80,12 +85,18 @@ class RailGroup(BaseModel):
 
 
 class RailsSection(BaseModel):
-    """``rails:``: the input checks (before the main model) and output checks (after it)."""
+    """``rails:``: the input checks (before the main model) and output checks (after it).
+
+    ``config`` holds NeMo's per-rail settings guardcache reads; ``max_input_chars`` is the longest
+    text a check sends (longer text cannot be judged whole, so it is blocked as unsafe).
+    """
 
     model_config = STRICT
 
     input: Annotated[RailGroup, BeforeValidator(null_is_empty)] = Field(default_factory=RailGroup)
     output: Annotated[RailGroup, BeforeValidator(null_is_empty)] = Field(default_factory=RailGroup)
+    config: Annotated[RailSettings, BeforeValidator(null_is_empty)] = Field(default_factory=RailSettings)
+    max_input_chars: PositiveInt = DEFAULT_MAX_INPUT_CHARS
 
 
 class RailsConfig(BaseModel):
@@ -112,7 +123,9 @@ class RailsConfig(BaseModel):
         """Load a config folder (``config.yml`` and every other ``*.yml``/``*.yaml`` in it, merged as
         NeMo does) or a single YAML file."""
         sources, colang = load_path(path)
-        return cls._from_sources(sources, [f"{name} (Colang file)" for name in colang])
+        if colang:
+            raise ConfigError(colang_refusal(path, colang))
+        return cls._from_sources(sources, [])
 
     @classmethod
     def from_content(
@@ -140,6 +153,14 @@ class RailsConfig(BaseModel):
 
     @classmethod
     def _from_sources(cls, sources: MergedSources, also_ignored: list[str]) -> RailsConfig:
+        version = sources.data.get("colang_version")
+        if version is not None and str(version).strip() not in ("1.0", "1"):
+            raise ConfigError(
+                f"{sources.file_of(('colang_version',))}: colang_version: {version!r}: a Colang 2 "
+                "config declares its rails in Colang flows, which guardcache does not run; list the "
+                "rails under rails.input.flows / rails.output.flows instead (refusing to run a config "
+                "with fewer rails than it declares)"
+            )
         data, ignored = strip_unused_nemo_keys(sources.data)
         try:
             config = cls.model_validate(data)
@@ -205,14 +226,22 @@ class RailsConfig(BaseModel):
             if arg not in ref.args:
                 value = "<model type>" if arg == "model" else "<value>"
                 return f"flow {ref.name!r} needs ${arg}={value} (configured model types: {configured})"
-        extra = [f"${a}" for a in ref.args if a not in spec.required_args]
+        extra = [f"${a}" for a in ref.args if a not in spec.accepted_args]
         if extra:
             return f"flow {ref.name!r} does not take {', '.join(extra)}"
-        model_type = ref.model_type
-        if model_type is not None and model_type not in self.model_types:
+        if ref.model_type is not None and ref.model_type not in self.model_types:
             return (
-                f"flow {ref.name!r} names model type {model_type!r}, which is not configured "
+                f"flow {ref.name!r} names model type {ref.model_type!r}, which is not configured "
                 f"(configured: {configured})"
+            )
+        model_type = self.model_type_for(ref)
+        if model_type is None and spec.model_required and spec.models:
+            wanted = " or ".join(repr(m) for m in spec.models)
+            return f"flow {ref.name!r} runs on a model of type {wanted}: add one to models"
+        if spec.backend == "classify" and self.rails.config.jailbreak_detection.url is None:
+            return (
+                f"flow {ref.name!r} needs rails.config.jailbreak_detection.nim_base_url "
+                "(the JailbreakDetect NIM, e.g. http://localhost:8000/v1)"
             )
         if spec.prompt_task is not None and self._find_prompt(spec.prompt_task, model_type) is None:
             wanted = spec.prompt_task + (f" $model={model_type}" if model_type else "")
@@ -237,6 +266,14 @@ class RailsConfig(BaseModel):
                 else:
                     problems += [(loc, m) for m in template_problems(message.content, allowed)]
         return problems
+
+    def model_type_for(self, ref: FlowRef) -> str | None:
+        """The model type a flow runs on: its ``$model=``, else the first configured of the types
+        its spec names (``self check input``: ``self_check_input``, else ``main``)."""
+        if ref.model_type is not None:
+            return ref.model_type
+        spec: FlowSpec = KNOWN_FLOWS[ref.name]
+        return next((m for m in spec.models if m in self.model_types), None)
 
     @property
     def source(self) -> str | None:
@@ -315,4 +352,26 @@ class RailsConfig(BaseModel):
         )
 
 
-__all__ = ["RailGroup", "RailsConfig", "RailsSection"]
+def colang_refusal(path: str | os.PathLike[str], files: list[str]) -> str:
+    """The load error for a config folder with Colang files: it names each file and its flows."""
+    from pathlib import Path
+
+    parts = []
+    for name in files:
+        try:
+            text = (Path(path) / name).read_text(encoding="utf-8", errors="replace")
+        except OSError:
+            text = ""
+        flows = [m.strip() for m in _COLANG_FLOW.findall(text)]
+        parts.append(f"{name} (flows: {', '.join(flows)})" if flows else name)
+    return (
+        f"{path}: Colang files declare rails that guardcache does not run: {'; '.join(parts)}. "
+        "guardcache runs the rails listed under rails.input.flows and rails.output.flows; "
+        "remove the .co files and list the flows there (refusing to run a config with fewer rails "
+        "than it declares)"
+    )
+
+
+_COLANG_FLOW = re.compile(r"^\s*(?:define\s+)?(?:subflow|flow)\s+([^\n:]+)", re.MULTILINE)
+
+__all__ = ["RailGroup", "RailsConfig", "RailsSection", "colang_refusal"]

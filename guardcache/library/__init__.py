@@ -1,6 +1,5 @@
-"""Checks: one folder per check, each joining prompts, the cache and the LLM client."""
+"""Checks: one folder per check (its flows and answer parsers), and the runtime pieces they share.
 
-from guardcache.library.check import CheckOutcome, LLMCheck
-from guardcache.library.verdict import CachedCheck, RailResult, Verdict
-
-__all__ = ["CachedCheck", "CheckOutcome", "LLMCheck", "RailResult", "Verdict"]
+Import submodules directly (``guardcache.library.check``, ``guardcache.library.catalog``): this
+package imports nothing, so the config can load the flow catalog without the runtime.
+"""

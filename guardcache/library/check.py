@@ -1,53 +1,154 @@
-"""A cached LLM check: render the task prompt, key it, ask the cache, call the model on a miss.
+"""A cached LLM check: normalize the turn's texts, key them, ask the cache, call the model on a miss.
 
-This is the only place that joins prompts, the cache and the LLM client (DESIGN.md): the cache knows
-nothing of LLMs and the client nothing of caching. One :class:`LLMCheck` exists per (flow, model); it is
-built once at start-up, so the per-request path does no config work.
+This is the only place that joins prompts, the cache and the LLM client (see docs/architecture.md):
+the cache knows nothing of LLMs and the client nothing of caching. One :class:`LLMCheck` exists per
+(flow, model); it is built once at start-up, so the per-request path does no config work.
 
 Why the pieces are where they are:
-- The key is ``namespace.key(variables)``. The namespace digests the model type and name, the
-  template fingerprint and the generation parameters, so a changed template or temperature can never
-  serve an old verdict; normalization makes whitespace-only variants of one message share a verdict.
+- **The key stands for exactly what the model judges.** The texts are normalized once
+  (``normalize_text``: layout whitespace only), and that normalized text is both keyed and rendered
+  into the prompt. Nothing the model could read differently is folded, so no user can make their
+  variant of a text answer for another's.
+- The namespace digests the model type and name, the flow, the template fingerprint, the settings
+  and the generation parameters, so a changed template or temperature never serves an old verdict.
   A hit renders nothing: the prompt is built only for a backend call.
-- The backend sees exactly the rendered template: static prefix first and byte-identical, user text
-  last, one user message, fixed parameters. Nothing variable goes before the user text, so a server
-  with KV-cache reuse (NIM, vLLM, TensorRT-LLM, llama.cpp) reuses the prefix on every request.
-- A failed call (transport, status, timeout, unparseable output, cancellation) raises through
-  ``get_or_compute`` and is never stored; the rail's ``on_error`` decides (see rails).
+- The backend sees the rendered template: static prefix first and byte-identical, user text last,
+  fixed parameters, so a server with KV-cache reuse reuses the prefix on every request.
+- **An input the guard cannot judge is unsafe**: text that is not valid Unicode or longer than
+  ``max_input_chars`` raises ``InputRejectedError`` before any call; the rail blocks, whatever its
+  ``on_error``.
+- **An answer that cannot be read as a verdict blocks and is not cached**: the user's text may have
+  made the model answer that way (or the backend misbehaved), so it must neither pass nor stick.
+- A failed call (transport, status, timeout, cancellation) raises through ``get_or_compute`` and is
+  never stored; the rail's ``on_error`` decides (see rails).
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Mapping
-from typing import Any, NamedTuple
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, NamedTuple, Protocol
 
 from guardcache.cache import CacheInterface, Namespace
+from guardcache.cache.keys import digest_fields, normalize_text
+from guardcache.errors import InputRejectedError, ParseError
+from guardcache.flows import DEFAULT_MAX_INPUT_CHARS, FlowSpec
 from guardcache.library.verdict import CachedCheck, Verdict
 from guardcache.llm.client import ChatClient
 from guardcache.llm.stats import LLMCallInfo, record_call
+from guardcache.llm.types import Usage
 from guardcache.prompts import TaskPrompt, fingerprint, render_messages
 
-#: Parameters NemoGuard-style classifiers are served with (shared/reference/nemoguard-protocol.md).
-CLASSIFIER_PARAMS: Mapping[str, Any] = {"temperature": 1e-20}
 #: Model parameters that configure the transport, not the generation (so not part of the namespace).
-TRANSPORT_PARAMS = frozenset({"base_url", "openai_api_base", "timeout", "max_retries"})
+TRANSPORT_PARAMS = frozenset({"base_url", "openai_api_base", "timeout", "max_retries", "default_headers"})
+
+#: Texts a warm-up request renders the templates around (neutral, so the answers do not matter).
+WARM_UP_TEXTS: Mapping[str, Any] = {
+    "user_input": "Hello!",
+    "bot_response": "Hello! How can I help you today?",
+    "history": (),
+}
 
 
 class CheckOutcome(NamedTuple):
-    """One check's verdict and how it was obtained (made on every check: a cheap immutable record)."""
+    """One check's verdict and how it was obtained (made on every check: a cheap immutable record).
+
+    ``error`` is set when the model's answer could not be read as a verdict: ``verdict`` is then a
+    block and nothing was cached.
+    """
 
     verdict: Verdict
     from_cache: bool
     duration: float  # seconds the caller waited: backend call, or cache lookup (incl. joining a flight)
+    error: str | None = None
+
+
+class Check(Protocol):
+    """What a rail runs: one flow on one backend, with its cache."""
+
+    task: str
+
+    async def run(self, variables: Mapping[str, Any]) -> CheckOutcome: ...
+
+    async def prime(self) -> None: ...
+
+
+class Unreadable(Exception):
+    """No verdict could be read from an answer. Raised out of ``get_or_compute`` so that nothing is
+    stored; carries the usage the call spent, for the request's records."""
+
+    def __init__(self, reason: str, usage: Usage) -> None:
+        super().__init__(reason)
+        self.usage = usage
+
+
+def normalized_text(value: Any, limit: int) -> str:
+    """A turn's text, checked and normalized; the one gate every checked text goes through."""
+    if not isinstance(value, str):
+        raise TypeError(f"a checked text must be a str, not {type(value).__name__}")
+    if len(value) > limit:
+        raise InputRejectedError(
+            f"the text is {len(value)} characters long, over max_input_chars={limit}: too long to judge whole"
+        )
+    return normalize_text(value)
+
+
+def key_fields(texts: Mapping[str, Any], names: Sequence[str]) -> list[str]:
+    """The texts in key order; a history is its length then each (role, content), so no choice of
+    texts can shift a boundary between variables."""
+    fields: list[str] = []
+    for name in names:
+        value = texts[name]
+        if isinstance(value, str):
+            fields.append(value)
+        else:
+            fields.append(f"history:{len(value)}")
+            for message in value:
+                fields += (message["role"], message["content"])
+    return fields
+
+
+def digest(namespace: Namespace, fields: Sequence[str]) -> bytes:
+    """The cache key; text that is not valid Unicode (a lone surrogate) cannot be judged."""
+    try:
+        return digest_fields(namespace.digest, fields)
+    except UnicodeEncodeError:
+        raise InputRejectedError(
+            "the text is not valid Unicode (it holds a lone surrogate) and cannot be sent to a model"
+        ) from None
+
+
+class TurnTexts:
+    """Reads and normalizes the variables a check needs from a turn's variables, once per check."""
+
+    __slots__ = ("limit", "names")
+
+    def __init__(self, names: Sequence[str], limit: int) -> None:
+        self.names = tuple(sorted(names))
+        self.limit = limit
+
+    def read(self, variables: Mapping[str, Any]) -> dict[str, Any]:
+        texts: dict[str, Any] = {}
+        limit = self.limit
+        for name in self.names:
+            value = variables.get(name, "")
+            if name == "history":
+                texts[name] = tuple(
+                    {"role": str(m["role"]), "content": normalized_text(m["content"], limit)}
+                    for m in (value or ())
+                )
+            else:
+                texts[name] = normalized_text(value, limit)
+        return texts
 
 
 class LLMCheck:
-    """One task prompt on one model, with its cache. Safe to share across requests and tasks."""
+    """One task prompt on one chat model, with its cache. Safe to share across requests and tasks."""
 
     def __init__(
         self,
         *,
+        spec: FlowSpec,
         prompt: TaskPrompt,
         parser: Callable[[str], Verdict],
         client: ChatClient,
@@ -55,59 +156,96 @@ class LLMCheck:
         model_type: str,
         model_name: str,
         params: Mapping[str, Any] | None = None,
+        settings: Mapping[str, Any] | None = None,
+        max_input_chars: int = DEFAULT_MAX_INPUT_CHARS,
     ) -> None:
         generation = {k: v for k, v in (params or {}).items() if k not in TRANSPORT_PARAMS}
-        self.params: dict[str, Any] = {**CLASSIFIER_PARAMS, **generation}
+        self.params: dict[str, Any] = {**spec.params, **generation}
         if prompt.max_tokens is not None:
             self.params["max_tokens"] = prompt.max_tokens
         if prompt.stop:
             self.params["stop"] = list(prompt.stop)
+        self.spec = spec
         self.prompt = prompt
         self.task = prompt.task
         self.parser = parser
         self.client = client
         self.cache = cache
-        self.namespace = Namespace.of(model_type, model_name, fingerprint(prompt), self.params)
+        self.settings = {name: (settings or {}).get(name, False) for name in spec.settings}
+        self.texts = TurnTexts(spec.variables, max_input_chars)
+        self.namespace = Namespace.of(
+            model_type,
+            model_name,
+            fingerprint(prompt),
+            {**self.params, "~flow": spec.name, "~settings": self.settings},
+        )
 
-    def messages(self, variables: Mapping[str, str]) -> list[dict[str, str]]:
-        """The exact request messages for these variables."""
-        return render_messages(self.prompt, variables)
+    def messages(self, texts: Mapping[str, Any]) -> list[dict[str, str]]:
+        """The exact request messages for these (normalized) texts."""
+        rendered = render_messages(self.prompt, {**texts, **self.settings})
+        build = self.spec.build_messages
+        return rendered if build is None else build(rendered, texts)
 
-    async def _call(self, messages: list[dict[str, str]]) -> CachedCheck:
-        result = await self.client.complete(messages, **self.params)
-        verdict = self.parser(result.content)  # ParseError propagates: never cached
+    def key(self, texts: Mapping[str, Any]) -> bytes:
+        """The cache key of normalized texts: the namespace fixes everything else the model sees."""
+        return digest(self.namespace, key_fields(texts, self.texts.names))
+
+    async def _call(self, texts: Mapping[str, Any]) -> CachedCheck:
+        result = await self.client.complete(self.messages(texts), **self.params)
+        try:
+            verdict = self.parser(result.content)
+        except ParseError as exc:
+            raise Unreadable(str(exc), result.usage) from None
         return CachedCheck(verdict, result.usage)
 
-    def key(self, variables: Mapping[str, str]) -> bytes:
-        """The cache key: the namespace (which fixes the template) and the normalized variables.
+    async def run(self, variables: Mapping[str, Any]) -> CheckOutcome:
+        """Decide; records the call (or its cached stand-in) in the current request's stats.
 
-        Keying on the variables rather than the rendered prompt is exact (the template is part of
-        the namespace), cheaper (no rendering on a hit), and stricter: a user text that mimics the
-        template's own separators cannot collide with a different (user, bot) pair.
+        Raises ``InputRejectedError`` for a text that cannot be judged, ``BackendError`` when the
+        backend gave no answer; an unreadable answer is a blocking outcome with ``error`` set.
         """
-        if len(variables) == 1:
-            return self.namespace.key(next(iter(variables.values())))
-        return self.namespace.key_fields([variables[name] for name in sorted(variables)])
+        texts = self.texts.read(variables)
+        key = self.key(texts)
+        return await run_cached(self.task, self.cache, key, lambda: self._call(texts))
 
-    async def run(self, variables: Mapping[str, str]) -> CheckOutcome:
-        """Decide; records the call (or its cached stand-in) in the current request's stats."""
-        computed = False
+    async def prime(self) -> None:
+        """One uncached request around neutral texts: the server computes the static prefix."""
+        await self.client.complete(self.messages(self.texts.read(WARM_UP_TEXTS)), **self.params)
 
-        async def compute() -> CachedCheck:
-            nonlocal computed
-            computed = True
-            return await self._call(self.messages(variables))
 
-        started = time.monotonic()
-        if self.cache is None:
-            value = await compute()
-        else:
-            value = await self.cache.get_or_compute(self.key(variables), compute)
+async def run_cached(
+    task: str, cache: CacheInterface | None, key: bytes, call: Callable[[], Any]
+) -> CheckOutcome:
+    """Serve ``key`` from the cache or compute it with ``call`` (single flight), and record it."""
+    computed = False
+
+    async def compute() -> CachedCheck:
+        nonlocal computed
+        computed = True
+        value: CachedCheck = await call()
+        return value
+
+    started = time.monotonic()
+    try:
+        value = await compute() if cache is None else await cache.get_or_compute(key, compute)
+    except Unreadable as exc:
         duration = time.monotonic() - started
-        record_call(
-            LLMCallInfo.from_usage(self.task, value.usage, duration=duration, from_cache=not computed)
-        )
-        return CheckOutcome(value.verdict, not computed, duration)
+        record_call(LLMCallInfo.from_usage(task, exc.usage, duration=duration, from_cache=not computed))
+        return CheckOutcome(Verdict(False, (), label="unreadable"), False, duration, str(exc))
+    duration = time.monotonic() - started
+    record_call(LLMCallInfo.from_usage(task, value.usage, duration=duration, from_cache=not computed))
+    return CheckOutcome(value.verdict, not computed, duration)
 
 
-__all__ = ["CLASSIFIER_PARAMS", "CheckOutcome", "LLMCheck"]
+__all__ = [
+    "TRANSPORT_PARAMS",
+    "Check",
+    "CheckOutcome",
+    "LLMCheck",
+    "TurnTexts",
+    "Unreadable",
+    "digest",
+    "key_fields",
+    "normalized_text",
+    "run_cached",
+]

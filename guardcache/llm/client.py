@@ -156,6 +156,11 @@ class ChatClient:
             **self.default_params,
             **params,
         }
+        return await self.send(body)
+
+    async def send(self, body: Mapping[str, Any]) -> ChatResult:
+        """POST ``body`` to :attr:`url` with the retry policy; the answer as :meth:`_parse` reads it
+        (for a subclass speaking another JSON endpoint, e.g. a classifier)."""
         max_attempts = self.retry.max_retries + 1
         started = time.monotonic()
         attempt = 0

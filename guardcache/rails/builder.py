@@ -12,9 +12,10 @@ from guardcache.cache import CacheInterface
 from guardcache.config import RailGroup, RailsConfig
 from guardcache.config.models import ModelConfig
 from guardcache.errors import ConfigError
-from guardcache.flows import KNOWN_FLOWS
-from guardcache.library.check import LLMCheck
-from guardcache.library.content_safety.parsers import PARSERS
+from guardcache.flows import KNOWN_FLOWS, FlowRef
+from guardcache.library.catalog import PARSERS
+from guardcache.library.check import Check, LLMCheck
+from guardcache.library.jailbreak_detection.check import build_classify_check
 from guardcache.llm.client import DEFAULT_TIMEOUT, ChatClient
 from guardcache.rails.caches import build_cache
 from guardcache.rails.rail import Rail
@@ -44,33 +45,52 @@ class Runtime:
     output_rails: list[Rail] = field(default_factory=list)
 
 
-def _rails(config: RailsConfig, group: RailGroup, runtime: Runtime) -> list[Rail]:
-    rails: list[Rail] = []
-    for ref in group.flow_refs():
-        spec = KNOWN_FLOWS[ref.name]
-        model_type = ref.model_type
-        if model_type is None or spec.prompt_task is None:  # validated at load; kept for safety
-            raise ConfigError(f"{config.source or '<config>'}: flow {ref.text!r} needs $model=<type>")
-        model = config.model(model_type)
-        prompt = config.prompt_for(spec.prompt_task, model_type)
-        parser = PARSERS.get(prompt.output_parser or "")
-        if parser is None:
-            known = ", ".join(sorted(PARSERS))
-            raise ConfigError(
-                f"{config.source or '<config>'}: prompt {prompt.task!r}: unknown output_parser "
-                f"{prompt.output_parser!r} (known: {known})"
-            )
-        check = LLMCheck(
-            prompt=prompt,
-            parser=parser,
-            client=runtime.clients[model_type],
-            cache=runtime.caches.get(model_type),
-            model_type=model_type,
-            model_name=model.model,
-            params=model.parameters,
+def build_check(config: RailsConfig, ref: FlowRef, runtime: Runtime) -> Check:
+    """The check of one flow, found generically from its spec: the backend kind, the model it runs
+    on, its prompt and parser. Every check shares the config-wide settings and input limit."""
+    spec = KNOWN_FLOWS[ref.name]
+    model_type = config.model_type_for(ref)
+    cache = runtime.caches.get(model_type) if model_type is not None else None
+    limit = config.rails.max_input_chars
+    where = config.source or "<config>"
+    if spec.backend == "classify":
+        return build_classify_check(config, spec, cache, limit)
+    if model_type is None or spec.prompt_task is None:  # validated at load; kept for safety
+        raise ConfigError(f"{where}: flow {ref.text!r} has no model to run on")
+    model = config.model(model_type)
+    prompt = config.prompt_for(spec.prompt_task, model_type)
+    parser_name = prompt.output_parser or spec.default_parser or ""
+    parser = PARSERS.get(parser_name)
+    if parser is None:
+        known = ", ".join(sorted(PARSERS))
+        raise ConfigError(
+            f"{where}: prompt {prompt.task!r}: unknown output_parser {prompt.output_parser!r} "
+            f"(known: {known})"
         )
-        rails.append(Rail(ref=ref, spec=spec, check=check, on_error=group.on_error))
-    return rails
+    return LLMCheck(
+        spec=spec,
+        prompt=prompt,
+        parser=parser,
+        client=runtime.clients[model_type],
+        cache=cache,
+        model_type=model_type,
+        model_name=model.model,
+        params=model.parameters,
+        settings=config.rails.config.template_settings(),
+        max_input_chars=limit,
+    )
+
+
+def _rails(config: RailsConfig, group: RailGroup, runtime: Runtime) -> list[Rail]:
+    return [
+        Rail(
+            ref=ref,
+            spec=KNOWN_FLOWS[ref.name],
+            check=build_check(config, ref, runtime),
+            on_error=group.on_error,
+        )
+        for ref in group.flow_refs()
+    ]
 
 
 def build_runtime(config: RailsConfig) -> Runtime:

@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Coroutine, Mapping, Sequence
-from typing import Any, TypeVar
+from typing import Any, TypeVar, overload
 
 from guardcache.cache import CacheInterface
 from guardcache.config import RailsConfig
@@ -21,18 +21,11 @@ from guardcache.llm.pool import aclose_all
 from guardcache.llm.stats import LLMCallInfo, record_call, request_scope
 from guardcache.rails.builder import build_runtime
 from guardcache.rails.main_llm import ClientLLM, LangChainLLM, MainLLM
+from guardcache.rails.messages import Message, history, last_index, read_messages
 from guardcache.rails.rail import Rail
 from guardcache.rails.turn import REFUSAL, CheckResult, TurnInfo
 
-Message = Mapping[str, str]
 T = TypeVar("T")
-
-
-def _last(messages: Sequence[Message], role: str) -> tuple[int, str] | None:
-    for i in range(len(messages) - 1, -1, -1):
-        if messages[i].get("role") == role:
-            return i, str(messages[i].get("content", ""))
-    return None
 
 
 class LLMRails:
@@ -58,76 +51,107 @@ class LLMRails:
 
     # -- the public API --------------------------------------------------------------------------
 
-    async def generate_async(
-        self, messages: Sequence[Message] | None = None, *, prompt: str | None = None
-    ) -> dict[str, str]:
-        """Run one guarded turn; returns ``{"role": "assistant", "content": ...}``.
+    @overload
+    async def generate_async(self, prompt: str, messages: None = None) -> str: ...
+    @overload
+    async def generate_async(self, prompt: None = None, *, messages: Sequence[Any]) -> dict[str, str]: ...
+    @overload
+    async def generate_async(self, prompt: Sequence[Any]) -> dict[str, str]: ...
 
-        A turn blocked by any rail gets the refusal text; a rail that failed follows its ``on_error``.
+    async def generate_async(
+        self, prompt: str | Sequence[Any] | None = None, messages: Sequence[Any] | None = None
+    ) -> str | dict[str, str]:
+        """Run one guarded turn.
+
+        As NeMo Guardrails: ``generate_async(prompt="...")`` (or a string first argument) returns
+        the reply text; ``generate_async(messages=[...])`` returns ``{"role": "assistant",
+        "content": ...}`` (a list as first argument, guardcache's earlier form, too). A turn blocked
+        by any rail gets the refusal text; a rail that failed follows its ``on_error``.
         """
-        msgs = self._messages(messages, prompt)
-        found = _last(msgs, "user")
-        if found is None:
-            raise ValueError("generate_async needs at least one message with role 'user'")
-        user_input = found[1]
+        msgs, as_text = self._turn_input(prompt, messages)
+        user_at = last_index(msgs, "user")
+        if user_at is None:
+            raise ValueError("generate_async needs a user message (role 'user' or 'human') to answer")
         if self._main is None:
             raise ConfigError(
                 f"{self.config.source or '<config>'}: no main model: add a model with type: main, "
                 "pass llm= to LLMRails, or use check_async() to run only the rails"
             )
+        variables: dict[str, Any] = {
+            "user_input": msgs[user_at]["content"],
+            "history": history(msgs, user_at),
+        }
         with request_scope() as explain:
             turn = TurnInfo(explain)
             inputs = await self._run_group(
-                self._runtime.input_rails, {"user_input": user_input}, self.config.rails.input.parallel
+                self._runtime.input_rails, variables, self.config.rails.input.parallel
             )
             turn.checks = CheckResult(tuple(inputs))
             if not all(r.allowed for r in inputs):
                 reply = REFUSAL
             else:
                 bot = await self._call_main(msgs)
+                variables["bot_response"] = bot
                 outputs = await self._run_group(
-                    self._runtime.output_rails,
-                    {"user_input": user_input, "bot_response": bot},
-                    self.config.rails.output.parallel,
+                    self._runtime.output_rails, variables, self.config.rails.output.parallel
                 )
                 turn.checks = CheckResult(tuple(inputs), tuple(outputs))
                 reply = bot if all(r.allowed for r in outputs) else REFUSAL
         self._last = turn
-        return {"role": "assistant", "content": reply}
+        return reply if as_text else {"role": "assistant", "content": reply}
+
+    @overload
+    def generate(self, prompt: str, messages: None = None) -> str: ...
+    @overload
+    def generate(self, prompt: None = None, *, messages: Sequence[Any]) -> dict[str, str]: ...
+    @overload
+    def generate(self, prompt: Sequence[Any]) -> dict[str, str]: ...
 
     def generate(
-        self, messages: Sequence[Message] | None = None, *, prompt: str | None = None
-    ) -> dict[str, str]:
+        self, prompt: str | Sequence[Any] | None = None, messages: Sequence[Any] | None = None
+    ) -> str | dict[str, str]:
         """Blocking :meth:`generate_async`, for code without an event loop."""
         self._refuse_inside_loop("generate")
-        return asyncio.run(self._closing(self.generate_async(messages, prompt=prompt)))
+        turn = self.generate_async(prompt, messages)  # type: ignore[arg-type]
+        return asyncio.run(self._closing(turn))
 
-    async def check_async(self, messages: Sequence[Message]) -> CheckResult:
-        """Run only the rails: input on the last user message, and output too when the last
-        message is the assistant's. For apps that keep their own main LLM."""
-        msgs = self._messages(messages, None)
-        user = _last(msgs, "user")
-        user_input = user[1] if user else ""
+    async def check_async(self, messages: Sequence[Any]) -> CheckResult:
+        """Run only the rails, for apps that keep their own main LLM: the input rails on the last
+        user message, and the output rails too when the last message is the assistant's.
+
+        Raises ``ValueError`` when there is nothing to check (no user message and no final
+        assistant message): an empty result would read as "allowed" with no rail run.
+        """
+        msgs = read_messages(messages)
+        user_at = last_index(msgs, "user")
+        bot_last = bool(msgs) and msgs[-1]["role"] == "assistant"
+        if user_at is None and not bot_last:
+            raise ValueError(
+                "check_async: nothing to check: pass a user message (role 'user' or 'human') and/or "
+                "end with the assistant's message (role 'assistant' or 'ai')"
+            )
+        variables: dict[str, Any] = {
+            "user_input": msgs[user_at]["content"] if user_at is not None else "",
+            "history": history(msgs, user_at if user_at is not None else 0),
+        }
         with request_scope() as explain:
             turn = TurnInfo(explain)
             inputs: list[RailResult] = []
-            if user is not None:
+            if user_at is not None:
                 inputs = await self._run_group(
-                    self._runtime.input_rails, {"user_input": user_input}, self.config.rails.input.parallel
+                    self._runtime.input_rails, variables, self.config.rails.input.parallel
                 )
             outputs: list[RailResult] = []
-            if msgs and msgs[-1].get("role") == "assistant":
-                bot = str(msgs[-1].get("content", ""))
+            if bot_last:
+                variables["bot_response"] = msgs[-1]["content"]
                 outputs = await self._run_group(
-                    self._runtime.output_rails,
-                    {"user_input": user_input, "bot_response": bot},
-                    self.config.rails.output.parallel,
+                    self._runtime.output_rails, variables, self.config.rails.output.parallel
                 )
             turn.checks = CheckResult(tuple(inputs), tuple(outputs))
         self._last = turn
         return turn.checks
 
-    def check(self, messages: Sequence[Message]) -> CheckResult:
+    def check(self, messages: Sequence[Any]) -> CheckResult:
         """Blocking :meth:`check_async`."""
         self._refuse_inside_loop("check")
         return asyncio.run(self._closing(self.check_async(messages)))
@@ -141,15 +165,11 @@ class LLMRails:
         computed it finished (older TensorRT-LLM): without priming, a cold burst recomputes the prefix
         in every request. The cache and its stats are not touched.
         """
-        sample = {"user_input": "Hello!", "bot_response": "Hello! How can I help you today?"}
         rails = [*self._runtime.input_rails, *self._runtime.output_rails]
 
         async def prime(rail: Rail) -> str | None:
-            check = rail.check
             try:
-                await check.client.complete(
-                    check.messages({k: sample[k] for k in rail.spec.variables}), **check.params
-                )
+                await rail.check.prime()
             except Exception as exc:  # priming is best effort: report, never raise
                 return f"{type(exc).__name__}: {exc}"
             return None
@@ -185,12 +205,22 @@ class LLMRails:
             await self._close_loop_resources(flush=False)
 
     @staticmethod
-    def _messages(messages: Sequence[Message] | None, prompt: str | None) -> list[Message]:
+    def _turn_input(prompt: Any, messages: Any) -> tuple[list[Message], bool]:
+        """The turn's messages, and whether the caller gave a prompt (and so gets text back)."""
+        if prompt is not None and messages is not None:
+            raise ValueError("pass either prompt or messages, not both (as NeMo Guardrails)")
+        if isinstance(prompt, str):
+            return [{"role": "user", "content": prompt}], True
         if prompt is not None:
-            return [*(messages or ()), {"role": "user", "content": prompt}]
-        if not messages:
-            raise ValueError("pass messages=[{'role': 'user', 'content': ...}] or prompt=...")
-        return list(messages)
+            if isinstance(prompt, bytes | bytearray | Mapping):
+                raise TypeError(f"prompt must be a str, not {type(prompt).__name__}")
+            messages = prompt  # a list first: guardcache's earlier generate_async(messages) form
+        if messages is None:
+            raise ValueError("pass prompt='...' or messages=[{'role': 'user', 'content': ...}]")
+        msgs = read_messages(messages)
+        if not msgs:
+            raise ValueError("messages is empty: pass at least one user message")
+        return msgs, False
 
     @staticmethod
     def _refuse_inside_loop(name: str) -> None:
@@ -211,7 +241,7 @@ class LLMRails:
 
     @staticmethod
     async def _run_group(
-        rails: Sequence[Rail], variables: Mapping[str, str], parallel: bool
+        rails: Sequence[Rail], variables: Mapping[str, Any], parallel: bool
     ) -> list[RailResult]:
         """Sequential: stop at the first block. Parallel: all at once, and the first block cancels
         the rest (a cancelled check stores nothing: see cache.singleflight)."""

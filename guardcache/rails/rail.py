@@ -1,8 +1,16 @@
 """A configured rail: one flow on one model, with the group's ``on_error`` policy.
 
-A check that cannot get a verdict (backend timeout, 5xx/429 after retries, refused connection,
-unparseable output) is not a verdict: nothing is cached, the failure is logged, and the rail decides
-by its explicit policy — ``block`` (fail closed, the default) or ``allow``. The turn still gets a reply.
+What decides a rail, in order:
+- a verdict from the model (fresh or cached): allowed or blocked as it says;
+- an input the guard cannot judge because of the input itself (``InputRejectedError``: too long,
+  not valid Unicode, refused by the backend as a bad request) or an answer that cannot be read as
+  a verdict: **blocked, whatever** ``on_error`` **says** — a user can cause these at will, so they
+  must never turn a check off;
+- a backend that gave no answer (timeout, 5xx/429 after retries, refused connection): an outage,
+  decided by the explicit policy, ``block`` (fail closed, the default) or ``allow``;
+- a bug (any other exception): blocked, and logged with its traceback.
+Nothing of a failure is cached, the failure is logged without user text, and the turn still gets
+a reply.
 """
 
 from __future__ import annotations
@@ -11,10 +19,11 @@ import logging
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Any
 
-from guardcache.errors import BackendError, ParseError
+from guardcache.errors import BackendError, InputRejectedError, ParseError
 from guardcache.flows import FlowRef, FlowSpec
-from guardcache.library.check import LLMCheck
+from guardcache.library.check import Check
 from guardcache.library.verdict import RailResult
 
 log = logging.getLogger(__name__)
@@ -26,49 +35,56 @@ class Rail:
 
     ref: FlowRef
     spec: FlowSpec
-    check: LLMCheck
+    check: Check
     on_error: str  # "block" | "allow"
 
     @property
     def name(self) -> str:
         return self.ref.text or self.ref.name
 
-    async def run(self, variables: Mapping[str, str]) -> RailResult:
-        """Run the check on this turn's texts; never raises for a backend or parse failure."""
-        wanted = {k: variables[k] for k in self.spec.variables}
+    async def run(self, variables: Mapping[str, Any]) -> RailResult:
+        """Run the check on this turn's texts; never raises (see the module docstring)."""
         started = time.monotonic()
         try:
-            outcome = await self.check.run(wanted)
-        except (BackendError, ParseError) as exc:
-            return self._failed(exc, started)
-        except Exception as exc:  # a bug must not let a message through unchecked either
-            log.exception("rail %r raised unexpectedly", self.name)
-            return self._failed(exc, started)
+            outcome = await self.check.run(variables)
+        except InputRejectedError as exc:  # before BackendError: a backend 400 is both
+            return self._result(exc, started, allowed=False, why="the input cannot be judged")
+        except BackendError as exc:
+            allowed = self.on_error == "allow"
+            return self._result(exc, started, allowed=allowed, why=f"on_error={self.on_error}")
+        except ParseError as exc:
+            return self._result(exc, started, allowed=False, why="the answer is no verdict")
+        except Exception as exc:  # a bug must not let a message through unchecked
+            log.error(
+                "rail %r failed unexpectedly (%s); blocking", self.name, type(exc).__name__, exc_info=True
+            )
+            return RailResult(self.name, False, duration=time.monotonic() - started, error=type(exc).__name__)
         verdict = outcome.verdict
+        if outcome.error is not None:
+            _warn(self.name, f"ParseError: {outcome.error}", "the answer is no verdict", allowed=False)
         return RailResult(
             flow=self.name,
             allowed=verdict.allowed,
             categories=verdict.categories,
             from_cache=outcome.from_cache,
             duration=outcome.duration,
+            error=outcome.error,
         )
 
-    def _failed(self, exc: Exception, started: float) -> RailResult:
-        allowed = self.on_error == "allow"
-        reason = f"{type(exc).__name__}: {exc}"
-        log.warning(
-            "rail %r could not get a verdict (%s); on_error=%s -> %s",
-            self.name,
-            reason,
-            self.on_error,
-            "allowed" if allowed else "blocked",
-        )
-        return RailResult(
-            flow=self.name,
-            allowed=allowed,
-            duration=time.monotonic() - started,
-            error=reason,
-        )
+    def _result(self, exc: Exception, started: float, *, allowed: bool, why: str) -> RailResult:
+        reason = f"{type(exc).__name__}: {exc}"  # guardcache's messages hold no user text
+        _warn(self.name, reason, why, allowed=allowed)
+        return RailResult(flow=self.name, allowed=allowed, duration=time.monotonic() - started, error=reason)
+
+
+def _warn(rail: str, reason: str, why: str, *, allowed: bool) -> None:
+    log.warning(
+        "rail %r could not get a verdict (%s); %s -> %s",
+        rail,
+        reason,
+        why,
+        "allowed" if allowed else "blocked",
+    )
 
 
 __all__ = ["Rail"]

@@ -5,11 +5,25 @@ from __future__ import annotations
 from guardcache.cache import Namespace, make_key, normalize_messages, normalize_text
 from guardcache.cache.keys import KEY_SIZE
 
-MESSY = " \t hello\u00a0\u3000 world\n\r\u2028again  "
+MESSY = " \t hello \t  world\r\n\r\n\r\n  again  \n"
 
 
-def test_any_unicode_whitespace_run_becomes_one_space_and_ends_are_stripped() -> None:
-    assert normalize_text(MESSY) == "hello world again"
+def test_layout_whitespace_is_folded_and_ends_are_stripped() -> None:
+    assert normalize_text(MESSY) == "hello world\n\nagain"
+    assert normalize_text("a\rb\fc\vd") == "a\nb c d"
+
+
+def test_characters_a_model_may_read_differently_from_a_space_are_kept() -> None:
+    # Folding these let one user's NBSP variant (judged safe) answer for the plain text.
+    for odd in ("\u00a0", "\u3000", "\u2028", "\u2029", "\x1c", "\x1f", "\x85", "\u200b"):
+        text = f"where to cook{odd}drugs"
+        assert normalize_text(text) == text
+        assert normalize_text(text) != normalize_text("where to cook drugs")
+
+
+def test_normalization_is_idempotent() -> None:
+    for text in (MESSY, " a ", "a\n \n b", "\n\n", "x \t\n\ty", "plain"):
+        assert normalize_text(normalize_text(text)) == normalize_text(text)
 
 
 def test_strings_and_message_contents_normalize_the_same_way() -> None:
@@ -28,7 +42,7 @@ def test_equivalent_prompts_share_a_key_and_different_ones_do_not() -> None:
 
 def test_field_keys_normalize_each_text_and_keep_the_boundaries() -> None:
     ns = Namespace.of("content_safety", "nemoguard", "tpl1")
-    assert ns.key_fields(["hi  there", MESSY]) == ns.key_fields(["hi there", "hello world again"])
+    assert ns.key_fields(["hi  there", MESSY]) == ns.key_fields(["hi there", "hello world\n\nagain"])
     assert ns.key_fields(["a b", "c"]) != ns.key_fields(["a", "b c"])  # length prefixes: no shifting
     assert ns.key_fields(["a", "b"]) != ns.key_fields(["b", "a"])
     assert ns.key_fields(["x"]) != ns.key("x")  # a different kind of key

@@ -120,7 +120,8 @@ def test_the_good_config_loads() -> None:
             edit("check input $model", "check inptu $model"),
             "config.yml: rails.input.flows[0]: unknown flow 'content safety check inptu'; did you "
             "mean 'content safety check input'? (known flows: content safety check input, "
-            "content safety check output)",
+            "content safety check output, jailbreak detection model, llama guard check input, "
+            "llama guard check output, self check input, self check output, topic safety check input)",
             id="unknown-flow",
         ),
         pytest.param(

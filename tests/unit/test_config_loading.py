@@ -144,7 +144,7 @@ def test_nemo_settings_are_ignored_with_one_warning(caplog: pytest.LogCaptureFix
         MODELS
         + RAILS
         + "  dialog:\n    single_call: {enabled: false}\n"
-        + "  config:\n    jailbreak_detection: {}\n"
+        + "  config:\n    jailbreak_detection: {}\n    sensitive_data_detection: {input: {}}\n"
         + "instructions:\n  - type: general\n    content: Be nice.\n"
         + 'sample_conversation: |\n  user "hi"\n'
         + "lowest_temperature: 0.1\ncolang_version: '1.0'\nstreaming: true\n"
@@ -155,7 +155,7 @@ def test_nemo_settings_are_ignored_with_one_warning(caplog: pytest.LogCaptureFix
         "colang_version",
         "instructions",
         "lowest_temperature",
-        "rails.config",
+        "rails.config.sensitive_data_detection",
         "rails.dialog",
         "sample_conversation",
         "streaming",
@@ -164,7 +164,8 @@ def test_nemo_settings_are_ignored_with_one_warning(caplog: pytest.LogCaptureFix
     assert len(warnings) == 1
     assert warnings[0].getMessage() == (
         "config.yml: ignoring NeMo Guardrails settings that guardcache does not use: "
-        "colang_version, instructions, lowest_temperature, rails.config, rails.dialog, "
+        "colang_version, instructions, lowest_temperature, rails.config.sensitive_data_detection, "
+        "rails.dialog, "
         "sample_conversation, streaming"
     )
 
@@ -175,10 +176,23 @@ def test_a_config_without_nemo_settings_logs_no_warning(caplog: pytest.LogCaptur
     assert caplog.records == []
 
 
-def test_colang_files_in_a_folder_are_reported_as_ignored(tmp_path: Path) -> None:
+def test_colang_files_are_refused_naming_the_file_and_its_flows(tmp_path: Path) -> None:
+    # Rails declared in Colang would not run: loading must fail, never run with fewer rails.
     (tmp_path / "config.yml").write_text(MODELS)
-    (tmp_path / "rails.co").write_text("define flow x\n")
-    assert RailsConfig.from_path(tmp_path).ignored_keys == ("rails.co (Colang file)",)
+    (tmp_path / "rails.co").write_text("define flow check blocked words\n  $x = 1\n")
+    (tmp_path / "main.co").write_text("import guardrails\nflow input rails $input_text\n  pass\n")
+    with pytest.raises(ConfigError) as info:
+        RailsConfig.from_path(tmp_path)
+    message = str(info.value)
+    assert "main.co (flows: input rails $input_text)" in message
+    assert "rails.co (flows: check blocked words)" in message
+    assert str(tmp_path) in message
+
+
+@pytest.mark.parametrize("version", ["2.x", "2.0", 2])
+def test_a_colang_2_config_is_refused(version: object) -> None:
+    with pytest.raises(ConfigError, match=r"config.yml: colang_version: .*Colang 2"):
+        RailsConfig.from_content(MODELS + RAILS + f"colang_version: {version!r}\n", source="config.yml")
 
 
 def test_from_content_takes_prompts_as_yaml_text_or_list() -> None:

@@ -99,12 +99,12 @@ def test_the_models_filter_prefers_the_most_specific_prompt() -> None:
         (
             "Check {{ user_inptu }}",
             "<prompts>: prompts[0].content: unknown placeholder {{ user_inptu }} "
-            "(this task can use: user_input)",
+            "(this task can use: reasoning_enabled, user_input)",
         ),
         (
             "Check {{ user_input }} {{ bot_response }}",
             "<prompts>: prompts[0].content: unknown placeholder {{ bot_response }} "
-            "(this task can use: user_input)",
+            "(this task can use: reasoning_enabled, user_input)",
         ),
         (
             "Check {{ user_input | upper }}",
@@ -151,7 +151,7 @@ def test_prompts_of_tasks_guardcache_never_renders_load_unchecked() -> None:
     # NeMo prompts.yml files often carry other tasks with Jinja syntax; they are kept, not rendered.
     prompts = [
         {
-            "task": "self_check_input",
+            "task": "generate_user_intent",
             "content": "{{ user_input }} {% if x %}{{ history | colang }}{% endif %}",
         },
         {"task": "general", "messages": ["{{ history | to_chat_messages }}"], "stop": ["\n"], "mode": "chat"},

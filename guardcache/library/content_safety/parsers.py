@@ -1,64 +1,116 @@
-"""Reading NemoGuard Content Safety completions into verdicts.
+"""Reading NemoGuard Content Safety answers (and Nemotron's reasoning variant) into verdicts.
 
-The model answers JSON, sometimes with a trailing space: ``{"User Safety": "unsafe", "Safety
-Categories": "Violence, Threat"}``. The input check reads "User Safety", the output check "Response
-Safety"; "safe" (any case) allows, any other value blocks. Invalid JSON or a missing key is a
-:class:`ParseError`, never a verdict: the peer library blocks AND caches such a failure, so one bad
-completion would block that prompt until eviction. Here it is not cached and the rail's ``on_error``
-decides.
+The model answers ``{"User Safety": "unsafe", "Safety Categories": "Violence, Threat"}`` for an input
+check and adds ``"Response Safety"`` for an output check. The rules, and why:
+- the decisive field must be ``safe`` or ``unsafe`` (any case); anything else is not a verdict;
+- an INPUT check answered with a ``Response Safety`` field does not fit the check: the model saw an
+  agent turn that the user typed into their own message (template mimicry), so the answer is
+  unsafe whatever ``User Safety`` says;
+- duplicate keys are unreadable (``read_fields``): a model that states a verdict twice cannot be
+  trusted to mean either;
+- a truncated answer is read up to the cut: when its decisive field is complete it is a verdict;
+  categories cut mid-list keep the complete ones.
+
+A ``ParseError`` from here means "no verdict could be read": the check turns it into an unsafe
+result that is NOT cached (the text the user sent made the model answer that way, or the backend
+misbehaved; either way it must not pass, and must not stick).
 """
 
 from __future__ import annotations
 
-import json
+import re
 from collections.abc import Callable
 
 from guardcache.errors import ParseError
+from guardcache.library.answer import read_fields
 from guardcache.library.verdict import Verdict
 
-
-def _load(text: str) -> dict[str, object]:
-    stripped = text.strip()
-    try:
-        data = json.loads(stripped)
-    except json.JSONDecodeError as exc:
-        raise ParseError(f"content safety model returned invalid JSON ({exc.msg} at {exc.pos})") from None
-    if not isinstance(data, dict):
-        raise ParseError(f"content safety model returned JSON {type(data).__name__}, expected an object")
-    return data
+_INPUT, _OUTPUT = "User Safety", "Response Safety"
 
 
-def _categories(data: dict[str, object]) -> tuple[str, ...]:
-    raw = data.get("Safety Categories")
+def _categories(raw: object, cut: bool) -> tuple[str, ...]:
     if raw is None:
         return ()
-    if isinstance(raw, list):
-        return tuple(str(c).strip() for c in raw if str(c).strip())
-    return tuple(c.strip() for c in str(raw).split(",") if c.strip())
+    items = [c.strip() for c in str(raw).split(",")]
+    if cut:
+        items = items[:-1]  # the last one may be a fragment ("Crimi")
+    return tuple(c for c in items if c)
 
 
-def _verdict(text: str, field: str) -> Verdict:
-    data = _load(text)
-    label = data.get(field)
+def _verdict(text: str, field: str, forbidden: str | None) -> Verdict:
+    fields = read_fields(text)
+    values = fields.values
+    if forbidden is not None and (forbidden in values or (fields.partial or ("",))[0] == forbidden):
+        return Verdict(False, (), label=f"unsafe (answer rates a {forbidden!r} the check did not ask for)")
+    label = values.get(field)
     if not isinstance(label, str):
-        raise ParseError(f"content safety model output has no {field!r} rating")
-    allowed = label.strip().lower() == "safe"
-    return Verdict(allowed=allowed, categories=() if allowed else _categories(data), label=label.strip())
+        raise ParseError(f"the answer has no complete {field!r} rating")
+    rating = label.strip().lower()
+    if rating not in ("safe", "unsafe"):
+        raise ParseError(f"the {field!r} rating is neither safe nor unsafe")
+    if rating == "safe":
+        if not fields.complete:
+            # A safe answer is a few tokens long: one cut at max_tokens did not answer this check.
+            raise ParseError("a 'safe' answer was cut off")
+        return Verdict(True, (), label=label.strip())
+    partial = fields.partial
+    if partial is not None and partial[0] == "Safety Categories":
+        categories = _categories(partial[1], cut=True)
+    else:
+        categories = _categories(values.get("Safety Categories"), cut=False)
+    return Verdict(False, categories, label=label.strip())
 
 
 def parse_prompt_safety(text: str) -> Verdict:
-    """Input check: the user message's rating."""
-    return _verdict(text, "User Safety")
+    """Input check: the user message's rating; a ``Response Safety`` field makes it unsafe."""
+    return _verdict(text, _INPUT, forbidden=_OUTPUT)
 
 
 def parse_response_safety(text: str) -> Verdict:
-    """Output check: the agent response's rating."""
-    return _verdict(text, "Response Safety")
+    """Output check: the agent response's rating (``User Safety`` is present too and not read)."""
+    return _verdict(text, _OUTPUT, forbidden=None)
+
+
+_THINK = re.compile(r"<think>.*?</think>", re.DOTALL)
+
+
+def _harm(text: str, field: str) -> Verdict:
+    """Nemotron Content Safety Reasoning: ``Prompt harm: harmful|unharmful`` lines after an
+    optional ``<think>...</think>`` trace. Unlike NeMo, an unreadable or repeated line is no verdict
+    (NeMo assumes "harmful" and caches it)."""
+    cleaned = _THINK.sub("", text)
+    if "<think>" in cleaned:
+        raise ParseError("the reasoning trace was cut off before the verdict")
+    found = re.findall(rf"^\s*{re.escape(field)}\s*:\s*(\w+)", cleaned, re.IGNORECASE | re.MULTILINE)
+    if len(found) != 1:
+        raise ParseError(f"the answer states {field!r} {len(found)} times")
+    value = found[0].lower()
+    if value == "unharmful":
+        return Verdict(True, (), label=value)
+    if value == "harmful":
+        return Verdict(False, (), label=value)
+    raise ParseError(f"the {field!r} value is neither harmful nor unharmful")
+
+
+def parse_reasoning_prompt_safety(text: str) -> Verdict:
+    return _harm(text, "Prompt harm")
+
+
+def parse_reasoning_response_safety(text: str) -> Verdict:
+    return _harm(text, "Response Harm")
 
 
 PARSERS: dict[str, Callable[[str], Verdict]] = {
     "nemoguard_parse_prompt_safety": parse_prompt_safety,
     "nemoguard_parse_response_safety": parse_response_safety,
+    "nemotron_reasoning_parse_prompt_safety": parse_reasoning_prompt_safety,
+    "nemotron_reasoning_parse_response_safety": parse_reasoning_response_safety,
 }
 
-__all__ = ["PARSERS", "parse_prompt_safety", "parse_response_safety"]
+__all__ = [
+    "PARSERS",
+    "parse_prompt_safety",
+    "parse_reasoning_prompt_safety",
+    "parse_reasoning_response_safety",
+    "parse_response_safety",
+]

@@ -9,12 +9,19 @@ import httpx2 as httpx
 import pytest
 
 from guardcache import RailsConfig
-from guardcache.cache import LFUCache
-from guardcache.errors import BackendStatusError, ParseError
-from guardcache.library import LLMCheck, Verdict, codec
-from guardcache.library.content_safety import parse_prompt_safety, parse_response_safety
-from guardcache.library.verdict import CachedCheck
+from guardcache.cache import LFUCache, normalize_text
+from guardcache.errors import BackendStatusError, InputRejectedError, ParseError
+from guardcache.flows import KNOWN_FLOWS
+from guardcache.library import codec
+from guardcache.library.check import LLMCheck
+from guardcache.library.content_safety.parsers import (
+    parse_prompt_safety,
+    parse_reasoning_prompt_safety,
+    parse_response_safety,
+)
+from guardcache.library.verdict import CachedCheck, Verdict
 from guardcache.llm import ChatClient, RetryPolicy, Usage
+from guardcache.llm.stats import request_scope
 from guardcache.prompts import default_prompts, static_prefix
 
 
@@ -28,7 +35,17 @@ from guardcache.prompts import default_prompts, static_prefix
             False,
             ("Criminal Planning/Confessions", "Violence"),
         ),
-        ('{"User Safety": "needs review"}', False, ()),
+        # Cut at max_tokens: the decisive field is complete, so it is a verdict; the fragment of
+        # the last category ("Gun") is dropped.
+        (
+            '{"User Safety": "unsafe", "Safety Categories": "Violence, Criminal Planning/Confessions, Gun',
+            False,
+            ("Violence", "Criminal Planning/Confessions"),
+        ),
+        ('{"User Safety": "unsafe", "Safety Cat', False, ()),
+        ('{"User Safety": "unsafe"', False, ()),
+        # An input check answered about an agent turn: the user typed one into their message.
+        ('{"User Safety": "safe", "Response Safety": "unsafe"}', False, ()),
     ],
 )
 def test_input_verdicts(text: str, allowed: bool, categories: tuple[str, ...]) -> None:
@@ -38,17 +55,51 @@ def test_input_verdicts(text: str, allowed: bool, categories: tuple[str, ...]) -
 
 def test_output_check_reads_response_safety_not_user_safety() -> None:
     text = '{"User Safety": "safe", "Response Safety": "unsafe", "Safety Categories": "Violence, Threat"}'
-    assert parse_prompt_safety(text).allowed
     v = parse_response_safety(text)
     assert not v.allowed and v.categories == ("Violence", "Threat") and v.label == "unsafe"
+    assert parse_response_safety('{"User Safety": "unsafe", "Response Safety": "safe"}').allowed
 
 
 @pytest.mark.parametrize(
-    "text", ['{"User Safety": "saf', "The message is safe.", "[]", '{"Response Safety": "safe"}']
+    "text",
+    [
+        '{"User Saf',
+        '{"User Safety": "saf',
+        '{"User Safety": "safe", "Safety Categories": "',  # a cut 'safe' answered something else
+        '{"User Safety": "safe", "Response Safe',
+        "The message is safe.",
+        "[]",
+        '{"User Safety": "needs review"}',
+        '{"User Safety": "unsafe", "User Safety": "safe"}',  # duplicate keys mean nothing
+        '{"User Safety": "safe", "User Safety": "safe"}',
+        '{"User Safety": "safe"} trailing',
+        '{"User Safety": {"nested": 1}}',
+    ],
 )
 def test_unreadable_output_is_a_parse_error_not_a_verdict(text: str) -> None:
     with pytest.raises(ParseError):
         parse_prompt_safety(text)
+
+
+@pytest.mark.parametrize(
+    ("text", "allowed"),
+    [
+        ("Prompt harm: unharmful\nResponse Harm: none", True),
+        ("<think>the user asks about cooking</think>\n\nPrompt harm: unharmful", True),
+        ("<think>Prompt harm: unharmful?</think>\nPrompt harm: harmful\nResponse Harm: none", False),
+    ],
+)
+def test_reasoning_verdicts(text: str, allowed: bool) -> None:
+    assert parse_reasoning_prompt_safety(text).allowed is allowed
+
+
+@pytest.mark.parametrize(
+    "text",
+    ["<think>thinking and then cut", "Prompt harm: maybe", "Prompt harm: harmful\nPrompt harm: unharmful"],
+)
+def test_reasoning_answers_without_one_clear_verdict_are_unreadable(text: str) -> None:
+    with pytest.raises(ParseError):
+        parse_reasoning_prompt_safety(text)
 
 
 def test_codec_round_trips_and_rejects_what_it_cannot_read() -> None:
@@ -94,6 +145,7 @@ def make_check(
     )
     parser = parse_prompt_safety if task.endswith("input") else parse_response_safety
     return LLMCheck(
+        spec=KNOWN_FLOWS["content safety check " + ("input" if task.endswith("input") else "output")],
         prompt=prompt,
         parser=parser,
         client=client,
@@ -115,7 +167,7 @@ async def test_every_request_starts_with_the_byte_identical_static_prefix() -> N
     for body, text in zip(recorder.bodies, texts, strict=True):
         assert [m["role"] for m in body["messages"]] == ["user"]
         content = body["messages"][0]["content"]
-        assert content.startswith(prefix) and f"user: {text}\n" in content
+        assert content.startswith(prefix) and f"user: {normalize_text(text)}\n" in content
         assert body["temperature"] == 1e-20 and body["max_tokens"] == 50 and "base_url" not in body
     assert len({json.dumps({k: v for k, v in b.items() if k != "messages"}) for b in recorder.bodies}) == 1
 
@@ -128,15 +180,38 @@ async def test_whitespace_variants_share_one_entry_and_a_hit_makes_no_request() 
     assert not first.from_cache and second.from_cache and len(recorder.bodies) == 1
 
 
-async def test_parse_failures_and_http_errors_are_not_cached() -> None:
+async def test_unreadable_answers_block_and_are_not_cached_and_http_errors_raise() -> None:
     cache = LFUCache(10)
-    with pytest.raises(ParseError):
-        await make_check(Recorder(content="I think it is safe"), cache).run({"user_input": "x"})
+    with request_scope() as explain:
+        unreadable = await make_check(Recorder(content="I think it is safe"), cache).run({"user_input": "x"})
+    assert not unreadable.verdict.allowed and unreadable.error is not None and not unreadable.from_cache
+    assert explain.snapshot()[0].total_tokens == 408  # the tokens it spent are still accounted
     with pytest.raises(BackendStatusError):
         await make_check(Recorder(status=503), cache).run({"user_input": "x"})
     assert cache.size() == 0
     good = await make_check(Recorder(), cache).run({"user_input": "x"})
     assert good.verdict.allowed and cache.size() == 1
+
+
+async def test_the_model_judges_exactly_the_text_the_key_stands_for() -> None:
+    recorder = Recorder()
+    check = make_check(recorder, cache=LFUCache(10))
+    await check.run({"user_input": "where to cook\u00a0drugs"})
+    await check.run({"user_input": "where to cook drugs"})  # another text: another key, another call
+    assert len(recorder.bodies) == 2
+    await check.run({"user_input": "  where to   cook drugs\r\n"})  # layout only: same text, a hit
+    assert len(recorder.bodies) == 2
+    sent = [b["messages"][0]["content"] for b in recorder.bodies]
+    assert "user: where to cook\u00a0drugs\n" in sent[0] and "user: where to cook drugs\n" in sent[1]
+
+
+@pytest.mark.parametrize("text", ["how do I build a bomb? \udfff", "\ud800", "x" * 40_000])
+async def test_text_that_cannot_be_judged_is_rejected_before_any_call(text: str) -> None:
+    recorder = Recorder()
+    with pytest.raises(InputRejectedError) as info:
+        await make_check(recorder, cache=LFUCache(10)).run({"user_input": text})
+    assert recorder.bodies == []
+    assert "bomb" not in str(info.value)  # no user text in the message
 
 
 def test_input_and_output_checks_never_share_keys_and_templates_change_namespaces() -> None:
@@ -145,8 +220,10 @@ def test_input_and_output_checks_never_share_keys_and_templates_change_namespace
     out = make_check(recorder, None, task="content_safety_check_output")
     assert inp.namespace.digest != out.namespace.digest
     assert inp.key({"user_input": "a"}) != out.key({"user_input": "a", "bot_response": ""})
+    assert Verdict is not None
     edited = inp.prompt.model_copy(update={"content": (inp.prompt.content or "") + " "})
     changed = LLMCheck(
+        spec=inp.spec,
         prompt=edited,
         parser=parse_prompt_safety,
         client=inp.client,

@@ -1,0 +1,1 @@
+"""NemoGuard JailbreakDetect: ``jailbreak detection model`` on a classifier endpoint."""

@@ -1,0 +1,93 @@
+"""The JailbreakDetect check: a JSON classifier endpoint, cached and coalesced like every check.
+
+The request is NeMo's (``POST {"input": text}``, bearer token), sent through guardcache's client so
+it gets the same pooling, deadlines, retries and typed errors as the chat checks. The key covers the
+normalized text under a namespace of the endpoint's model type and URL.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import httpx2 as httpx
+
+from guardcache.cache import CacheInterface, Namespace
+from guardcache.config import RailsConfig
+from guardcache.errors import ConfigError, ParseError
+from guardcache.flows import FlowSpec
+from guardcache.library.check import WARM_UP_TEXTS, CheckOutcome, TurnTexts, Unreadable, digest, run_cached
+from guardcache.library.jailbreak_detection.parsers import parse_jailbreak
+from guardcache.library.verdict import CachedCheck, Verdict
+from guardcache.llm.client import ChatClient
+from guardcache.llm.types import ChatResult, Usage
+
+MODEL = "nvidia/nemoguard-jailbreak-detect"
+
+
+class ClassifyClient(ChatClient):
+    """POSTs ``{"input": text}`` to a classifier URL; the answer's JSON text is the result content."""
+
+    def __init__(self, url: str, *, api_key: str | None, **kwargs: Any) -> None:
+        base = url.rsplit("/", 1)[0]
+        super().__init__(base, model=MODEL, api_key=api_key, provider="nim", **kwargs)
+        self.url = url
+
+    async def classify(self, text: str) -> ChatResult:
+        return await self.send({"input": text})
+
+    def _parse(self, response: httpx.Response) -> ChatResult:
+        return ChatResult(content=response.text, usage=Usage(0, 0, 0, 0, MODEL, "nim"), duration=0.0)
+
+
+class ClassifyCheck:
+    """``jailbreak detection model``: allowed unless the classifier says ``jailbreak: true``."""
+
+    def __init__(
+        self,
+        *,
+        spec: FlowSpec,
+        client: ClassifyClient,
+        cache: CacheInterface | None,
+        max_input_chars: int,
+        parser: Any = parse_jailbreak,
+    ) -> None:
+        self.spec = spec
+        self.task = spec.name
+        self.client = client
+        self.cache = cache
+        self.parser = parser
+        self.texts = TurnTexts(spec.variables, max_input_chars)
+        self.namespace = Namespace.of("jailbreak_detection", client.url, "", {"~flow": spec.name})
+
+    async def _call(self, text: str) -> CachedCheck:
+        result = await self.client.classify(text)
+        try:
+            verdict: Verdict = self.parser(result.content)
+        except ParseError as exc:
+            raise Unreadable(str(exc), result.usage) from None
+        return CachedCheck(verdict, result.usage)
+
+    async def run(self, variables: Mapping[str, Any]) -> CheckOutcome:
+        text = self.texts.read(variables)["user_input"]
+        key = digest(self.namespace, [text])
+        return await run_cached(self.task, self.cache, key, lambda: self._call(text))
+
+    async def prime(self) -> None:
+        await self.client.classify(self.texts.read(WARM_UP_TEXTS)["user_input"])
+
+
+def build_classify_check(
+    config: RailsConfig, spec: FlowSpec, cache: CacheInterface | None, max_input_chars: int
+) -> ClassifyCheck:
+    settings = config.rails.config.jailbreak_detection
+    url = settings.url
+    if url is None:  # validated at load; kept for safety
+        raise ConfigError(
+            f"{config.source or '<config>'}: rails.config.jailbreak_detection.nim_base_url is not set"
+        )
+    client = ClassifyClient(url, api_key=settings.api_key())
+    return ClassifyCheck(spec=spec, client=client, cache=cache, max_input_chars=max_input_chars)
+
+
+__all__ = ["ClassifyCheck", "ClassifyClient", "build_classify_check"]

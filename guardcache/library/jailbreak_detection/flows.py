@@ -1,0 +1,28 @@
+"""``jailbreak detection model``: POST ``{"input": text}`` to the JailbreakDetect NIM.
+
+The endpoint is ``rails.config.jailbreak_detection.nim_base_url`` + ``nim_server_endpoint`` (bearer
+token from its ``api_key_env_var``); the answer is ``{"jailbreak": bool, "score": float}``. Verdicts
+are cached in the ``jailbreak_detection`` model's cache when that model is configured with
+``cache:`` (the model entry is optional). Unlike NeMo, a failed call is not "not a jailbreak": it is
+a failure the rail's ``on_error`` decides (block by default).
+"""
+
+from __future__ import annotations
+
+from guardcache.flows import FlowSpec, register_flow
+
+MODEL_TYPE = "jailbreak_detection"
+
+JAILBREAK_DETECTION = register_flow(
+    FlowSpec(
+        name="jailbreak detection model",
+        direction="input",
+        variables=("user_input",),
+        backend="classify",
+        models=(MODEL_TYPE,),
+        model_required=False,
+        default_parser="jailbreak_detection",
+    )
+)
+
+__all__ = ["JAILBREAK_DETECTION", "MODEL_TYPE"]

@@ -1,0 +1,1 @@
+"""NemoGuard Topic Control: ``topic safety check input $model=<type>``."""
