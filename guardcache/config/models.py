@@ -36,6 +36,10 @@ DEFAULT_BASE_URLS: dict[str, str | None] = {
     "vllm_openai": None,  # self-hosted: there is no sensible default
 }
 
+NVIDIA_ENGINES = frozenset({"nim", "nvidia_ai_endpoints"})
+DEFAULT_NVIDIA_KEY_VAR = "NVIDIA_API_KEY"
+"""The key NVIDIA engines read when a model names no ``api_key_env_var`` (NeMo's default)."""
+
 SECRET_PARAMETERS = frozenset({"api_key", "openai_api_key", "nvidia_api_key"})
 """Keys refused anywhere in a model's config: a key comes from ``api_key_env_var``, never from YAML."""
 
@@ -243,10 +247,18 @@ class ModelConfig(BaseModel):
         return url.rstrip("/")
 
     def api_key(self) -> str | None:
-        """The API key, read from ``api_key_env_var`` NOW (keys rotate; None if unset or empty)."""
-        if self.api_key_env_var is None:
-            return None
-        return os.environ.get(self.api_key_env_var) or None
+        """The API key, read from ``api_key_env_var`` NOW (keys rotate; None if unset or empty).
+
+        Without ``api_key_env_var``, ``nim`` and ``nvidia_ai_endpoints`` models read
+        ``NVIDIA_API_KEY`` as NeMo Guardrails does, but only for an https endpoint: a default must
+        not send a hosted-API key in clear text to whatever local URL a config names.
+        """
+        name = self.api_key_env_var
+        if name is None:
+            if self.engine not in NVIDIA_ENGINES or not self.base_url.startswith("https://"):
+                return None
+            name = DEFAULT_NVIDIA_KEY_VAR
+        return os.environ.get(name) or None
 
 
 __all__ = [

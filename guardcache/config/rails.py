@@ -44,6 +44,8 @@ assert _catalog.PARSERS  # the import above is for its side effect: the flows ex
 
 logger = logging.getLogger(__name__)
 
+JAILBREAK_KEY = "jailbreak_detection"
+
 
 class RailGroup(BaseModel):
     """The checks of one direction (input or output) and how they run.
@@ -294,9 +296,12 @@ class RailsConfig(BaseModel):
         """A copy whose models (by type) call other endpoints: staging, a local emulator, a test server.
 
         Only ``parameters.base_url`` changes; everything else, including cache and prompt settings, is
-        kept, so the copy computes the same cache namespaces.
+        kept, so the copy computes the same cache namespaces. The key ``jailbreak_detection`` also
+        points ``rails.config.jailbreak_detection`` at ``<url>/classify`` (a JailbreakDetect NIM's
+        route), whether or not a model of that type is configured.
         """
-        unknown = sorted(set(urls) - set(self.model_types))
+        jailbreak = urls.get(JAILBREAK_KEY)
+        unknown = sorted(set(urls) - set(self.model_types) - {JAILBREAK_KEY})
         if unknown:
             raise ConfigError(
                 f"{self._source or '<config>'}: with_base_urls: no model of type {', '.join(unknown)} "
@@ -308,9 +313,27 @@ class RailsConfig(BaseModel):
             else m
             for m in self.models
         ]
-        copy = self.model_copy(update={"models": models})
+        update: dict[str, Any] = {"models": models}
+        if jailbreak is not None:
+            settings = self.rails.config
+            detection = settings.jailbreak_detection.model_copy(
+                update={"nim_base_url": jailbreak, "nim_server_endpoint": "classify"}
+            )
+            rails = self.rails.model_copy(
+                update={"config": settings.model_copy(update={"jailbreak_detection": detection})}
+            )
+            update["rails"] = rails
+        copy = self.model_copy(update=update)
         copy._prompt_cache = {}
         return copy
+
+    def endpoint_types(self) -> list[str]:
+        """What :meth:`with_base_urls` can point elsewhere: the model types, and
+        ``jailbreak_detection`` when a JailbreakDetect NIM is configured."""
+        types = list(self.model_types)
+        if self.rails.config.jailbreak_detection.url is not None and JAILBREAK_KEY not in types:
+            types.append(JAILBREAK_KEY)
+        return types
 
     def model(self, type: str) -> ModelConfig:
         """The model of this type; a ``ConfigError`` listing the configured types if there is none."""

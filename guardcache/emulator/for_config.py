@@ -3,8 +3,9 @@
     async with emulated(RailsConfig.from_path("config")) as (config, servers):
         rails = LLMRails(config)
 
-Every model of the config gets its own emulator on a free loopback port (so backend calls can be
-counted per model), and the returned config is the same one with its base URLs replaced.
+Every model of the config (and a JailbreakDetect NIM named in ``rails.config``) gets its own
+emulator on a free loopback port (so backend calls can be counted per model), and the returned
+config is the same one with its base URLs replaced.
 """
 
 from __future__ import annotations
@@ -25,11 +26,14 @@ async def emulated(
     """Start an emulator for each model of ``config``; yields the re-pointed config and the servers."""
     async with contextlib.AsyncExitStack() as stack:
         servers: dict[str, EmulatorServer] = {}
-        for model in config.models:
+        names = {model.type: model.model for model in config.models}
+        for endpoint in config.endpoint_types():  # the models, and a JailbreakDetect NIM if used
             emu_config = EmulatorConfig(
-                port=0, model=model.model, latency=LatencyConfig(time_scale=time_scale)
+                port=0,
+                model=names.get(endpoint, "nvidia/nemoguard-jailbreak-detect"),
+                latency=LatencyConfig(time_scale=time_scale),
             )
-            servers[model.type] = await stack.enter_async_context(EmulatorServer(emu_config))
+            servers[endpoint] = await stack.enter_async_context(EmulatorServer(emu_config))
         yield config.with_base_urls({t: s.base_url for t, s in servers.items()}), servers
 
 

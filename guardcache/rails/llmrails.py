@@ -12,6 +12,7 @@ import time
 from collections.abc import Coroutine, Mapping, Sequence
 from typing import Any, TypeVar, overload
 
+from guardcache import language
 from guardcache.cache import CacheInterface
 from guardcache.config import RailsConfig
 from guardcache.errors import ConfigError
@@ -48,6 +49,15 @@ class LLMRails:
             params = {k: v for k, v in main.parameters.items() if k not in TRANSPORT_PARAMS}
             self._main = ClientLLM(self._runtime.clients["main"], params)
         self._last: TurnInfo | None = None
+        self._multilingual = config.rails.config.content_safety.multilingual
+        if self._multilingual.enabled:
+            try:
+                language.require_detector()  # a missing extra fails now, not on the first block
+            except ImportError as exc:
+                raise ConfigError(
+                    f"{config.source or '<config>'}: rails.config.content_safety.multilingual.enabled "
+                    f"needs language detection: {exc}"
+                ) from exc
 
     # -- the public API --------------------------------------------------------------------------
 
@@ -88,7 +98,7 @@ class LLMRails:
             )
             turn.checks = CheckResult(tuple(inputs))
             if not all(r.allowed for r in inputs):
-                reply = REFUSAL
+                reply = self._refusal(variables["user_input"])
             else:
                 bot = await self._call_main(msgs)
                 variables["bot_response"] = bot
@@ -96,7 +106,7 @@ class LLMRails:
                     self._runtime.output_rails, variables, self.config.rails.output.parallel
                 )
                 turn.checks = CheckResult(tuple(inputs), tuple(outputs))
-                reply = bot if all(r.allowed for r in outputs) else REFUSAL
+                reply = bot if all(r.allowed for r in outputs) else self._refusal(variables["user_input"])
         self._last = turn
         return reply if as_text else {"role": "assistant", "content": reply}
 
@@ -203,6 +213,15 @@ class LLMRails:
             return await coro
         finally:
             await self._close_loop_resources(flush=False)
+
+    def _refusal(self, user_input: str) -> str:
+        """The refusal text: in the user's language when multilingual is on (detected only for
+        blocked turns, so allowed turns never pay for it)."""
+        if not self._multilingual.enabled:
+            return REFUSAL
+        return language.refusal_message(
+            language.detect_language(user_input), self._multilingual.refusal_messages
+        )
 
     @staticmethod
     def _turn_input(prompt: Any, messages: Any) -> tuple[list[Message], bool]:

@@ -46,6 +46,24 @@ class TurnInfo:
     def cache_hits(self) -> int:
         return self.explain.cache_hits
 
+    def print_llm_calls_summary(self) -> None:
+        """Print the turn's LLM calls as NeMo Guardrails' ``ExplainInfo`` does (same wording), with
+        cache hits marked, so code and notebooks written for NeMo keep working."""
+        calls = sorted(self.explain.snapshot(), key=lambda call: call.started_at)
+        if not calls:
+            print("No LLM calls were made.")
+            return
+        total = sum(c.duration for c in calls)
+        tokens = sum(c.total_tokens for c in calls)
+        lines = [f"Summary: {len(calls)} LLM call(s) took {total:.2f} seconds and used {tokens} tokens.", ""]
+        for i, call in enumerate(calls, 1):
+            cached = " (from cache)" if call.from_cache else ""
+            lines.append(
+                f"{i}. Task `{call.task}` took {call.duration:.2f} seconds and used "
+                f"{call.total_tokens} tokens{cached}."
+            )
+        print("\n".join(lines))
+
     def summary(self) -> str:
         lines = [self.explain.summary()]
         for r in (*self.checks.input, *self.checks.output):

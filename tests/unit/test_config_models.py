@@ -62,9 +62,14 @@ def test_api_key_is_read_from_the_env_var_at_call_time(monkeypatch: pytest.Monke
     assert model.api_key() is None
 
 
-def test_without_api_key_env_var_there_is_no_key(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_nvidia_engines_default_to_nvidia_api_key_over_https_only(monkeypatch: pytest.MonkeyPatch) -> None:
+    # NeMo's default for nim / nvidia_ai_endpoints; never sent in clear text to a local endpoint.
     monkeypatch.setenv("NVIDIA_API_KEY", "nvapi-ambient")
-    assert one_model("    engine: nim\n    model: m\n").api_key() is None
+    assert one_model("    engine: nim\n    model: m\n").api_key() == "nvapi-ambient"
+    assert one_model("    engine: nvidia_ai_endpoints\n    model: m\n").api_key() == "nvapi-ambient"
+    local = "    engine: nim\n    model: m\n    parameters: {base_url: http://localhost:8000/v1}\n"
+    assert one_model(local).api_key() is None
+    assert one_model("    engine: openai\n    model: m\n").api_key() is None
 
 
 @pytest.mark.parametrize("key", ["api_key", "openai_api_key", "nvidia_api_key"])
