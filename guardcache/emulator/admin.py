@@ -7,7 +7,9 @@ Never authenticated, never down, never faulted: a test must always be able to lo
 - ``POST /admin/reset`` with optional ``{"flush_cache": true}`` -> ``{"reset": true,
   "flushed_blocks": N}``: counters zeroed, fault RNG reseeded, KV cache optionally emptied.
 - ``POST /admin/down`` / ``POST /admin/up`` -> ``{"down": bool}``.
-- ``POST /admin/faults`` with any ``FaultConfig`` fields -> the new fault config (400 if invalid).
+- ``POST /admin/faults`` with any ``FaultConfig`` fields -> the new fault config (400 if invalid),
+  e.g. ``{"duplicate_key_rate": 1.0}`` to have every answer state its verdict twice, contradicting
+  itself; ``{"duplicate_key_rate": 0}`` turns it off again.
 - ``GET /admin/config`` -> the running ``EmulatorConfig`` (API key masked, current faults).
 """
 

@@ -5,6 +5,10 @@ Routes (``/v1`` is what an OpenAI client's ``base_url`` points at):
 - ``POST /v1/chat/completions`` (``stream: true`` -> SSE), ``POST /v1/classify``, ``GET /v1/models``:
   bearer token checked when ``api_key`` is configured (401 in OpenAI error shape).
 - ``GET /v1/health/ready``, ``GET /v1/health/live``, ``GET /v1/metrics`` (Prometheus): no token.
+- A body over ``max_body_bytes`` answers 413 and a chat prompt that does not fit ``max_model_len``
+  answers 400 ("This model's maximum context length is ..."), both in vLLM's flat error shape
+  ``{"object": "error", "message", "type", "param", "code"}`` as the NIMs send it; other invalid
+  requests answer 400 in the OpenAI shape.
 - While the admin switch holds the server down, every ``/v1/*`` route answers 503 (OpenAI error
   shape, ``code: "service_unavailable"``); connections are not dropped, so "down" is distinguishable
   from the ``drop`` fault.
@@ -30,6 +34,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from .admin import admin_routes
 from .connection import (
+    BodyTooLarge,
     CaptureTransport,
     ClientDisconnected,
     close_transport,
@@ -37,7 +42,7 @@ from .connection import (
     read_json,
     until_disconnect,
 )
-from .engine import Emulator, Generation
+from .engine import ContextLengthExceeded, Emulator, Generation
 from .faults import Fault
 from .protocol import (
     ChatRequest,
@@ -48,6 +53,7 @@ from .protocol import (
     new_completion_id,
     sse,
     usage_body,
+    vllm_error_body,
 )
 from .scheduler import EmulatorStopping
 
@@ -86,13 +92,19 @@ class _Handlers:
             return refused
         try:
             chat = ChatRequest.from_body(
-                await read_json(request),
+                await read_json(request, max_bytes=emu.config.max_body_bytes),
                 default_model=emu.config.model,
                 default_max_tokens=emu.config.default_max_tokens,
             )
+        except BodyTooLarge as exc:
+            return self._too_large(CHAT, exc)
         except RequestError as exc:
             return self._error(CHAT, 400, str(exc), "invalid_request_error", None, exc.param)
-        prepared = emu.prepare(chat)
+        try:
+            prepared = emu.prepare(chat)
+        except ContextLengthExceeded as exc:
+            emu.metrics.record_status(CHAT, "400")
+            return JSONResponse(vllm_error_body(str(exc), "BadRequestError", 400), status_code=400)
         fault = emu.draw_fault()
         early = await self._early_fault(request, CHAT, fault)
         if early is not None:
@@ -171,7 +183,9 @@ class _Handlers:
         if refused is not None:
             return refused
         try:
-            body = await read_json(request)
+            body = await read_json(request, max_bytes=self.emu.config.max_body_bytes)
+        except BodyTooLarge as exc:
+            return self._too_large(CLASSIFY, exc)
         except RequestError as exc:
             return self._error(CLASSIFY, 400, str(exc), "invalid_request_error", None)
         text = body.get("input") if isinstance(body, dict) else None
@@ -195,6 +209,10 @@ class _Handlers:
         result = {"jailbreak": jailbreak, "score": score}
         if fault in (Fault.MALFORMED, Fault.INVALID_BODY):
             return _truncated_json(result)
+        if fault is Fault.DUPLICATE_KEY:
+            flipped = json.dumps(not jailbreak)
+            text = f'{{"jailbreak": {json.dumps(jailbreak)}, "jailbreak": {flipped}, "score": {score}}}'
+            return Response(text, media_type="application/json")
         return JSONResponse(result)
 
     async def models(self, request: Request) -> Response:
@@ -285,6 +303,11 @@ class _Handlers:
         if endpoint is not None:
             self.emu.metrics.record_status(endpoint, str(status))
         return JSONResponse(error_body(message, type_, code, param), status_code=status)
+
+    def _too_large(self, endpoint: str, exc: BodyTooLarge) -> JSONResponse:
+        self.emu.metrics.record_status(endpoint, "413")
+        body = vllm_error_body(str(exc), "RequestEntityTooLargeError", 413)
+        return JSONResponse(body, status_code=413)
 
     def _gone(self, endpoint: str) -> Response:
         self.emu.metrics.record_status(endpoint, "disconnected")

@@ -22,8 +22,12 @@ from .process import ready_line
 from .server import EmulatorStartError, make_uvicorn
 
 DESCRIPTION = (
-    "Serve an OpenAI-compatible emulator of the NemoGuard NIMs (content safety, topic control, "
-    "Llama Guard, jailbreak detect) with a prefix-cache latency model and fault injection."
+    "Serve an OpenAI-compatible emulator of the NemoGuard NIMs with a prefix-cache latency model and "
+    "fault injection. It answers every guard prompt NeMo Guardrails sends: NemoGuard content safety "
+    "(JSON), Llama Guard 1/2/3 (safe / unsafe + codes), Nemotron content-safety reasoning (Prompt "
+    "harm / Response Harm, <think> under /think), ShieldGemma and self check input/output (Yes/No), "
+    "topic control (on-topic/off-topic) and jailbreak detect (POST /v1/classify); anything else is "
+    "echoed. Verdicts come from a keyword/regex policy (--policy)."
 )
 
 # flag dest -> (config section or None, field)
@@ -35,6 +39,8 @@ _FIELDS: dict[str, tuple[str | None, str]] = {
     "policy": (None, "policy_path"),
     "cached_tokens_field": (None, "cached_tokens_field"),
     "trailing_space": (None, "trailing_space"),
+    "max_model_len": (None, "max_model_len"),
+    "max_body_bytes": (None, "max_body_bytes"),
     "time_scale": ("latency", "time_scale"),
     "max_running": ("latency", "max_running"),
     "block_size": ("kv_cache", "block_size"),
@@ -47,6 +53,7 @@ _FIELDS: dict[str, tuple[str | None, str]] = {
     "malformed_rate": ("faults", "malformed_rate"),
     "invalid_body_rate": ("faults", "invalid_body_rate"),
     "drop_rate": ("faults", "drop_rate"),
+    "duplicate_key_rate": ("faults", "duplicate_key_rate"),
     "retry_after": ("faults", "retry_after_seconds"),
     "seed": ("faults", "seed"),
 }
@@ -61,7 +68,14 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     net.add_argument("--host", help="address to bind (default 127.0.0.1)")
     net.add_argument("--port", type=int, help="port to bind; 0 picks a free one (default 8000)")
     net.add_argument("--model", help="model name reported by /v1/models and in responses")
-    net.add_argument("--api-key", help="require 'Authorization: Bearer KEY' on /v1 inference routes")
+    net.add_argument(
+        "--api-key", help="require 'Authorization: Bearer KEY' on /v1 inference routes (chat, classify)"
+    )
+    net.add_argument(
+        "--max-body-bytes",
+        type=int,
+        help="answer HTTP 413 to a request body larger than this (default 1048576; 0 = no limit)",
+    )
     net.add_argument("--log-level", help="server log level (default info; warning under python -m)")
     net.add_argument("--access-log", action="store_true", help="log one line per HTTP request")
     beh = p.add_argument_group("model behaviour")
@@ -70,6 +84,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         "--cached-tokens-field",
         choices=CACHED_TOKENS_FIELDS,
         help="when usage.prompt_tokens_details is sent: always (TRT-LLM), nonzero (vLLM), never",
+    )
+    beh.add_argument(
+        "--max-model-len",
+        type=int,
+        help="context window in tokens (default 8192, as the NIMs); a prompt (+ max_tokens) over it "
+        "answers vLLM's HTTP 400 'This model's maximum context length is ...'; 0 = no limit",
     )
     beh.add_argument(
         "--trailing-space",
@@ -96,6 +116,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     flt.add_argument("--malformed-rate", type=float, help="return model content that is not the JSON")
     flt.add_argument("--invalid-body-rate", type=float, help="return a truncated, invalid JSON body")
     flt.add_argument("--drop-rate", type=float, help="close the connection without a response")
+    flt.add_argument(
+        "--duplicate-key-rate",
+        type=float,
+        help='state each verdict twice, the second flipped: {"User Safety": "unsafe", "User Safety": "safe"}',
+    )
     flt.add_argument("--seed", type=int, help="seed of the fault RNG (same seed, same faults)")
 
 

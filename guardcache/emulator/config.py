@@ -64,6 +64,10 @@ class LatencyConfig:
     the two free constants: 5.6 ms per decoded token (the reference's 4.6 + 0.03 x concurrency
     formula is too fast to reach 190 ms, its BF16 6.5 too slow for 60-70 ms) and 24 ms of fixed
     per-request overhead. 64 running requests, like a typical NIM max batch.
+
+    ``/v1/classify`` (NemoGuard JailbreakDetect: an embedding model and a small classifier head, one
+    forward pass, no decoding) takes ``classify_ms + classify_ms_per_token * input_tokens`` in a
+    running slot: 14 ms for a 100-token input, 32 ms for 1,000, the 10-30 ms such a NIM answers in.
     """
 
     time_scale: float = 1.0
@@ -74,7 +78,8 @@ class LatencyConfig:
     decode_base_ms: float = 5.6
     decode_ms_per_running: float = 0.03
     max_running: int = 64
-    classify_ms: float = 8.0
+    classify_ms: float = 12.0
+    classify_ms_per_token: float = 0.02
 
     def __post_init__(self) -> None:
         _non_negative(
@@ -87,6 +92,7 @@ class LatencyConfig:
             "decode_base_ms",
             "decode_ms_per_running",
             "classify_ms",
+            "classify_ms_per_token",
         )
         _require(
             isinstance(self.max_running, int) and self.max_running >= 1,
@@ -131,6 +137,7 @@ FAULT_RATE_FIELDS: tuple[str, ...] = (
     "malformed_rate",
     "invalid_body_rate",
     "drop_rate",
+    "duplicate_key_rate",
 )
 
 
@@ -140,6 +147,8 @@ class FaultConfig:
 
     ``hang_seconds`` and ``retry_after_seconds`` are wall-clock values, NOT scaled by
     ``time_scale``: a hang exists to outlast a client's timeout even in a ``time_scale=0`` test.
+    ``duplicate_key_rate``: a 200 whose content states each verdict twice, the second contradicting
+    the first (``{"User Safety": "unsafe", "User Safety": "safe"}``; see ``model.duplicated``).
     """
 
     error_rate: float = 0.0
@@ -148,6 +157,7 @@ class FaultConfig:
     malformed_rate: float = 0.0
     invalid_body_rate: float = 0.0
     drop_rate: float = 0.0
+    duplicate_key_rate: float = 0.0
     seed: int = 0
     hang_seconds: float = 300.0
     retry_after_seconds: int = 1
@@ -176,6 +186,11 @@ class EmulatorConfig:
     ``trailing_space`` appends the space the real content-safety NIM sometimes emits after its JSON,
     so clients are tested on stripping it. ``system_preamble`` is the text Llama-3.1's chat template
     puts in its default system block; it counts toward prompt tokens and the shared prefix.
+
+    ``max_model_len`` is the context window in tokens (prompt + completion), 8192 like the NemoGuard
+    NIMs; a longer chat request is refused with vLLM's HTTP 400 ("This model's maximum context
+    length is ..."). ``max_body_bytes`` caps a request body (HTTP 413 beyond it). 0 turns either
+    limit off.
     """
 
     host: str = "127.0.0.1"
@@ -187,6 +202,8 @@ class EmulatorConfig:
     cached_tokens_field: CachedTokensField = "always"
     chars_per_token: int = 4
     default_max_tokens: int = 1024
+    max_model_len: int = 8192
+    max_body_bytes: int = 1_048_576
     system_preamble: str = "Cutting Knowledge Date: December 2023\nToday Date: 26 Jul 2024\n\n"
     latency: LatencyConfig = field(default_factory=LatencyConfig)
     kv_cache: KVCacheConfig = field(default_factory=KVCacheConfig)
@@ -215,6 +232,13 @@ class EmulatorConfig:
             "default_max_tokens",
             f"must be an integer >= 1, got {self.default_max_tokens!r}",
         )
+        for name in ("max_model_len", "max_body_bytes"):
+            value = getattr(self, name)
+            _require(
+                isinstance(value, int) and not isinstance(value, bool) and value >= 0,
+                name,
+                f"must be an integer >= 0 (0 = no limit), got {value!r}",
+            )
         _require(self.api_key is None or bool(self.api_key), "api_key", "must not be empty")
         for name, cls in _SECTIONS.items():
             _require(isinstance(getattr(self, name), cls), name, f"must be a {cls.__name__}")

@@ -47,15 +47,45 @@ class CaptureTransport:
         await self.app(scope, receive, send)
 
 
-async def read_json(request: Request, *, allow_empty: bool = False) -> Any:
-    """The body as JSON; ``RequestError`` (-> 400) when it is not."""
-    raw = await request.body()
+class BodyTooLarge(RequestError):
+    """The request body is over ``max_bytes`` (-> 413); it was read to the end and discarded."""
+
+    def __init__(self, size: int, limit: int) -> None:
+        super().__init__(f"Request body too large: {size} bytes; the limit is {limit} bytes.")
+        self.size = size
+        self.limit = limit
+
+
+async def read_json(request: Request, *, allow_empty: bool = False, max_bytes: int = 0) -> Any:
+    """The body as JSON; ``RequestError`` (-> 400) when it is not, ``BodyTooLarge`` when it has
+    more than ``max_bytes`` bytes (0 = no limit).
+
+    An oversized body is still read to its end (and dropped), so the client, which may be writing
+    it yet, gets the 413 instead of a reset connection.
+    """
+    raw = await request.body() if not max_bytes else await _read_limited(request, max_bytes)
     if allow_empty and not raw.strip():
         return {}
     try:
         return json.loads(raw)
     except (ValueError, UnicodeDecodeError) as exc:
         raise RequestError(f"The request body is not valid JSON: {exc}") from None
+
+
+async def _read_limited(request: Request, max_bytes: int) -> bytes:
+    declared = request.headers.get("content-length", "")
+    size = int(declared) if declared.isdigit() else 0
+    chunks: list[bytes] = []
+    received = 0
+    async for chunk in request.stream():
+        received += len(chunk)
+        if received <= max_bytes and size <= max_bytes:
+            chunks.append(chunk)
+        else:
+            chunks.clear()
+    if max(received, size) > max_bytes:
+        raise BodyTooLarge(max(received, size), max_bytes)
+    return b"".join(chunks)
 
 
 async def until_disconnect(request: Request, work: Awaitable[T]) -> T:

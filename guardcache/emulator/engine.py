@@ -3,7 +3,8 @@
 ``Emulator`` owns everything stateful of one instance (prefix cache, admission gate, fault RNG,
 counters, the down switch) and knows nothing of HTTP; ``app.py`` maps it onto routes. A request:
 
-1. ``prepare``: render the chat template to tokens, count the prompt, decide the completion;
+1. ``prepare``: render the chat template to tokens, count the prompt, refuse it if it does not fit
+   the context window (``ContextLengthExceeded``), decide the completion;
 2. ``admit``: optional hang, frontend overhead, a FIFO running slot, prefix-cache lookup, then the
    prefill sleep; the result is a ``Generation`` holding the slot and its pinned KV blocks;
 3. the caller drains the ``Generation`` (all at once or token by token) and releases it.
@@ -23,7 +24,7 @@ from .config import EmulatorConfig, FaultConfig
 from .faults import Fault, FaultInjector
 from .kvcache import Allocation, PrefixCache
 from .metrics import EmulatorMetrics
-from .model import Decision, GuardModel, malformed
+from .model import Decision, GuardModel, duplicated, malformed
 from .policy import Policy
 from .protocol import ChatRequest
 from .scheduler import LatencyModel, SlotGate, Stopper
@@ -31,15 +32,25 @@ from .stats import EmulatorStats
 from .tokens import Tokenizer, input_digest, prompt_digest_of_tokens
 
 
+class ContextLengthExceeded(Exception):
+    """The prompt (plus the requested completion) does not fit ``max_model_len``; the message is
+    vLLM's, word for word, and the HTTP layer answers 400 with it."""
+
+
 @dataclass(frozen=True, slots=True)
 class Prepared:
-    """A validated request with its prompt tokens and the model's decision, not yet admitted."""
+    """A validated request with its prompt tokens and the model's decision, not yet admitted.
+
+    ``max_tokens`` is the completion budget: the request's, or the server default capped by the
+    room left in the context window.
+    """
 
     request: ChatRequest
     prompt: list[str]
     digest: str
     decision: Decision
     arrived_at: float
+    max_tokens: int
 
 
 class Generation:
@@ -55,7 +66,7 @@ class Generation:
         self._emulator = emulator
         self.prepared = prepared
         self._alloc = alloc
-        limit = prepared.request.max_tokens
+        limit = prepared.max_tokens
         tokens = emulator.tokenizer.tokenize(content) or [""]
         self.tokens = tokens[:limit]
         self.finish_reason = "length" if len(tokens) > limit else "stop"
@@ -130,12 +141,36 @@ class Emulator:
     # -- request pipeline -------------------------------------------------------------------
 
     def prepare(self, request: ChatRequest) -> Prepared:
-        """Tokenize, count the prompt, and decide the answer (cheap, synchronous)."""
+        """Tokenize, count the prompt, check the context window, and decide the answer (cheap,
+        synchronous). A refused prompt still counts as a call for its digest: it reached the server."""
         prompt = self.tokenizer.render_chat(request.messages)
         digest = prompt_digest_of_tokens(prompt)
         self.metrics.record_prompt(digest)
+        max_tokens = self._completion_budget(request, len(prompt))
         decision = self.model.decide(request.messages)
-        return Prepared(request, prompt, digest, decision, time.monotonic())
+        return Prepared(request, prompt, digest, decision, time.monotonic(), max_tokens)
+
+    def _completion_budget(self, request: ChatRequest, prompt_tokens: int) -> int:
+        """vLLM's check: an explicit max_tokens must fit beside the prompt; without one, the prompt
+        alone must fit and the default is capped by the room left."""
+        limit = self.config.max_model_len
+        if not limit:
+            return request.max_tokens
+        head = f"This model's maximum context length is {limit} tokens. However, you requested"
+        if not request.max_tokens_given:
+            if prompt_tokens >= limit:
+                raise ContextLengthExceeded(
+                    f"{head} {prompt_tokens} tokens in the messages, "
+                    "Please reduce the length of the messages."
+                )
+            return min(request.max_tokens, limit - prompt_tokens)
+        if prompt_tokens + request.max_tokens > limit:
+            raise ContextLengthExceeded(
+                f"{head} {prompt_tokens + request.max_tokens} tokens ({prompt_tokens} in the messages, "
+                f"{request.max_tokens} in the completion). "
+                "Please reduce the length of the messages or completion."
+            )
+        return request.max_tokens
 
     def draw_fault(self) -> Fault | None:
         fault = self.faults.draw()
@@ -150,6 +185,8 @@ class Emulator:
         content = prepared.decision.content
         if fault is Fault.MALFORMED:
             content = malformed(content, self.faults.rng)
+        elif fault is Fault.DUPLICATE_KEY:
+            content = duplicated(content)
         await self.stopper.sleep(self.latency.overhead())
         await self.gate.acquire()
         try:
@@ -174,9 +211,14 @@ class Emulator:
         return generation
 
     async def classify(self, text: str) -> tuple[bool, float]:
-        """Jailbreak detection: a classifier, so one fixed latency and no KV cache."""
+        """Jailbreak detection: a classifier, so one forward pass in a running slot (queueing like
+        any request) whose time grows with the input, no decoding and no KV cache."""
         self.metrics.record_prompt(input_digest(text))
-        await self.stopper.sleep(self.latency.classify())
+        await self.gate.acquire()
+        try:
+            await self.stopper.sleep(self.latency.classify(self.tokenizer.count(text)))
+        finally:
+            self.gate.release()
         return self.model.classify_jailbreak(text)
 
     def stop(self) -> None:

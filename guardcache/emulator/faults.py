@@ -26,6 +26,7 @@ class Fault(enum.Enum):
     MALFORMED = "malformed"  # 200, but the model's content is not the expected JSON
     INVALID_BODY = "invalid_body"  # 200 with a truncated, unparseable JSON body
     DROP = "drop"  # connection closed without any response
+    DUPLICATE_KEY = "duplicate_key"  # 200, each verdict stated twice, the second one flipped
 
 
 _FAULT_OF_FIELD: dict[str, Fault] = {
@@ -35,6 +36,7 @@ _FAULT_OF_FIELD: dict[str, Fault] = {
     "malformed_rate": Fault.MALFORMED,
     "invalid_body_rate": Fault.INVALID_BODY,
     "drop_rate": Fault.DROP,
+    "duplicate_key_rate": Fault.DUPLICATE_KEY,
 }
 assert set(_FAULT_OF_FIELD) == set(FAULT_RATE_FIELDS)
 

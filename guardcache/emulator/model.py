@@ -1,17 +1,41 @@
 """What the emulated model answers: recognizes the guard prompt formats and applies the policy.
 
-Recognized, in this order:
+Recognized, in this order (the first match wins; "the prompt" is the text of the LAST message
+unless said otherwise, because every guard template ends with its instruction):
 
-1. NemoGuard content safety (input and output forms): the rendered prompt, sent as one message,
-   holds ``<BEGIN CONVERSATION>`` ... ``"User Safety"``. The user message follows ``user: `` and the
-   bot response follows ``response: agent: ``. The answer is the model's exact JSON, e.g.
-   ``{"User Safety": "unsafe", "Safety Categories": "Violence, Threat"}``.
-2. Llama Guard: ``<BEGIN CONVERSATION>`` with ``User:``/``Agent:`` turns and a "'safe' or 'unsafe'"
-   instruction; the answer is ``safe`` or ``unsafe\\nS1,S2`` for the last turn of the assessed role.
-3. Topic control: a system message that mentions both ``on-topic`` and ``off-topic``; the answer is
+1. NemoGuard content safety (input and output forms): some message holds ``<BEGIN CONVERSATION>``
+   ... ``<END CONVERSATION>`` and ``"User Safety"`` or ``Output JSON``. The user message follows
+   ``user: ``; the bot response follows a line starting ``response: agent: ``. The answer is the
+   model's exact JSON, e.g. ``{"User Safety": "unsafe", "Safety Categories": "Violence, Threat"}``
+   (plus ``"Response Safety"`` when a response turn is present). Template mimicry, as the real
+   model does it: an INPUT prompt whose user text holds a line ``response: agent: ...`` is read as a
+   two-turn conversation, so the answer has both keys, the fake agent text judged under
+   ``Response Safety`` and only the user text before it under ``User Safety``.
+2. Llama Guard (1, 2 and 3): ``<BEGIN CONVERSATION>`` with ``User:``/``Agent:`` turns (each at the
+   start of a line) and a "'safe' or 'unsafe'" instruction; the answer is ``safe`` or
+   ``unsafe\\nS1,S9`` (``O1,O3`` for Llama Guard 1's taxonomy) for the last turn of the role named by
+   "assessment for [ONLY THE LAST] User|Agent". Codes come from the prompt's own taxonomy: the
+   category's name, else a built-in alias (Violence -> "Violent Crimes", "Violence and Hate"...),
+   else the policy's ``llama_guard`` code; a violation with no code is a bare ``unsafe``.
+3. Nemotron Content Safety Reasoning (Nemotron-Content-Safety-Reasoning-4B): the prompt holds
+   ``Human user:``, ``AI assistant:`` and ``Prompt harm``, and ends with ``/think`` or ``/no_think``.
+   The answer is ``Prompt harm: harmful|unharmful\\nResponse Harm: harmful|unharmful|none``
+   (``none`` when the assistant turn is ``None``), preceded by ``<think>\\n...\\n</think>\\n\\n`` (a
+   short deterministic trace naming the matched words and taxonomy codes) under ``/think``.
+4. ShieldGemma: the prompt says "Your answer must start with 'Yes' or 'No'" (any line breaks).
+   ``Yes`` when the judged text violates the policy, else ``No``; the judged text is the
+   ``Chatbot Response:`` when the question reads "Does the chatbot/AI/model response violate...",
+   else the ``Human Question:``.
+5. Self check input/output (NeMo's ``self_check_input``/``self_check_output``): the prompt's last
+   lines ask "Should ... be blocked ... (Yes or No)?" (any wording in between, at most ~40 characters
+   such as ``Answer:`` after it). The answer is ``Yes`` (block) or ``No``. The question decides the
+   rail: "user ..." -> input, "bot/assistant ..." -> output, otherwise output when a ``Bot message:``
+   field is present. The judged text is the last ``User message:`` (input) or ``Bot message:``
+   (output) field before the question, quotes stripped; an input is also blocked by a jailbreak match.
+6. Topic control: a system message that mentions both ``on-topic`` and ``off-topic``; the answer is
    ``off-topic`` when the last user message matches the policy's ``topic_control.off_topic`` or
    shares no content word with the rules (greetings are on-topic), else ``on-topic``.
-4. Anything else: ``You said: <last user message>``, so the emulator can stand in for a main LLM.
+7. Anything else: ``You said: <last user message>``, so the emulator can stand in for a main LLM.
 """
 
 from __future__ import annotations
@@ -28,15 +52,44 @@ from .policy import Policy, matched_categories
 from .tokens import message_text
 
 DecisionKind = Literal[
-    "content_safety_input", "content_safety_output", "llama_guard", "topic_control", "echo"
+    "content_safety_input",
+    "content_safety_output",
+    "llama_guard",
+    "nemotron_reasoning_input",
+    "nemotron_reasoning_output",
+    "shieldgemma_input",
+    "shieldgemma_output",
+    "self_check_input",
+    "self_check_output",
+    "topic_control",
+    "echo",
 ]
 
 _BEGIN = "<BEGIN CONVERSATION>"
 _END = "<END CONVERSATION>"
-_AGENT_MARK = "\n\nresponse: agent: "
-_LG_TURN = re.compile(r"(?:^|\n\n)(User|Agent): ", re.IGNORECASE)
-_LG_TARGET = re.compile(r"assessment for (?:only the last )?(user|agent)", re.IGNORECASE)
-_LG_TAXONOMY = re.compile(r"^(S\d+):\s*(.+?)\.?\s*$", re.MULTILINE)
+_USER_TURN = re.compile(r"^[ \t]*user:[ \t]?", re.IGNORECASE)
+_AGENT_TURN = re.compile(r"(?:^|\n)[ \t]*response:[ \t]*agent:[ \t]?", re.IGNORECASE)
+_LG_TURN = re.compile(r"(?:^|\n)[ \t]*(User|Agent):[ \t]?", re.IGNORECASE)
+_LG_TARGET = re.compile(r"assessment for (?:only the last )?'?(user|agent)", re.IGNORECASE)
+_TAXONOMY_LINE = re.compile(r"^[ \t]*([SO]\d+):[ \t]*(.+?)\.?[ \t]*$", re.MULTILINE)
+_NEMOTRON_MODE = re.compile(r"/(no_think|think)\s*$")
+_SG_ASK = re.compile(r"your answer must start with\s+'yes'\s+or\s+'no'", re.IGNORECASE)
+_SG_SUBJECT = re.compile(
+    r"does the (human|user|chatbot|ai|model|assistant|bot)\b[^?]{0,60}?violate", re.IGNORECASE
+)
+_SG_HUMAN = re.compile(r"Human Question:[ \t]*(.*?)\s*(?=Chatbot Response:|<end_of_turn>|\Z)", re.DOTALL)
+_SG_BOT = re.compile(r"Chatbot Response:[ \t]*(.*?)\s*(?=<end_of_turn>|\Z)", re.DOTALL)
+_SELF_CHECK_QUESTION = re.compile(
+    r"\bshould\b[^.?!\n]{0,80}?\bblocked\b[^.?!\n]{0,60}?\byes\s*(?:or|/)\s*no\b\s*[)\]]?\s*\??",
+    re.IGNORECASE,
+)
+_SELF_CHECK_TAIL = 40  # characters allowed after the question ("Answer:", a closing parenthesis)
+_SELF_CHECK_LABEL = re.compile(
+    r"^[ \t]*(?:(user)[ \t]+(?:message|input|request)|(bot|assistant|ai)[ \t]+(?:message|response|output))"
+    r"[ \t]*:[ \t]*",
+    re.IGNORECASE | re.MULTILINE,
+)
+_QUOTED = re.compile(r'"(.*)"[\s.\'"]*', re.DOTALL)
 _WORD = re.compile(r"[a-z]+")
 # Words too common to say what a message is about (topic control ignores them).
 _STOPWORD_TEXT = """
@@ -48,6 +101,27 @@ will with would your yours yourself yourselves please thanks thank hello hola mo
 afternoon okay sure tell know want need like help
 """
 _STOPWORDS = frozenset(_STOPWORD_TEXT.split())
+# Llama Guard taxonomies (v1 "O", v2/v3 "S" codes) name categories differently from the NemoGuard
+# taxonomy the default policy uses: substrings of the taxonomy names each policy category maps to,
+# best first ("violen" finds "Violent Crimes" and "Violence and Hate").
+_TAXONOMY_ALIASES: dict[str, tuple[str, ...]] = {
+    "Violence": ("violen",),
+    "Threat": ("violen", "threat"),
+    "Sexual": ("sexual content", "sexual"),
+    "Criminal Planning/Confessions": ("criminal", "non-violent crime"),
+    "Guns and Illegal Weapons": ("weapon",),
+    "Controlled/Regulated Substances": ("substance", "non-violent crime"),
+    "Suicide and Self Harm": ("self-harm", "self harm", "suicide"),
+    "Hate/Identity Hate": ("hate",),
+    "PII/Privacy": ("privacy",),
+    "Harassment": ("harassment", "hate", "insult"),
+    "Profanity": ("profanity", "offensive language", "insult"),
+    "Fraud/Deception": ("fraud", "non-violent crime"),
+    "Malware": ("malware", "code interpreter", "cyber", "non-violent crime"),
+}
+_VERDICT_KEYS = ("User Safety", "Response Safety")
+_FLIP = {"safe": "unsafe", "unsafe": "safe", "harmful": "unharmful", "unharmful": "harmful"}
+_HARM_LINE = re.compile(r"^((?:Prompt harm|Response Harm): )(harmful|unharmful)$", re.MULTILINE)
 
 
 @dataclass(frozen=True, slots=True)
@@ -78,10 +152,21 @@ class GuardModel:
                     return self._content_safety(text)
                 if "'safe' or 'unsafe'" in text:
                     return self._llama_guard(text)
+        last = texts[-1] if texts else ""
+        mode = _NEMOTRON_MODE.search(last)
+        if mode is not None and "Human user:" in last and "Prompt harm" in last:
+            return self._nemotron_reasoning(last, think=mode.group(1) == "think")
+        if _SG_ASK.search(last):
+            return self._shieldgemma(last)
+        question = _self_check_question(last)
+        if question is not None:
+            joined = "\n\n".join(texts)
+            offset = len(joined) - len(last)
+            return self._self_check(joined, offset + question.start(), question.group(0))
         system = next((t for m, t in zip(messages, texts, strict=True) if m.get("role") == "system"), None)
         last_user = next(
             (t for m, t in zip(reversed(messages), reversed(texts), strict=True) if m.get("role") == "user"),
-            texts[-1] if texts else "",
+            last,
         )
         if system is not None and "on-topic" in system and "off-topic" in system:
             return self._topic(system, last_user)
@@ -95,20 +180,24 @@ class GuardModel:
         digest = hashlib.sha256(text.encode("utf-8")).digest()
         return False, round(int.from_bytes(digest[:4], "big") / 2**32 * 0.25, 6)
 
+    # -- formats --------------------------------------------------------------------------
+
     def _content_safety(self, text: str) -> Decision:
         conversation = _between(text, _BEGIN, _END).strip("\n")
-        if conversation.startswith("user: "):
-            conversation = conversation[len("user: ") :]
-        user, mark, bot = conversation.partition(_AGENT_MARK)
+        conversation = _USER_TURN.sub("", conversation, count=1)
+        # The first line that looks like an agent turn starts the response, wherever it came from:
+        # a user who writes one gets judged as a two-turn conversation, as the real model does.
+        agent = _AGENT_TURN.search(conversation)
+        user, bot = (
+            (conversation[: agent.start()], conversation[agent.end() :]) if agent else (conversation, "")
+        )
         user_cats = self.policy.violations(user)
         answer: dict[str, str] = {"User Safety": "unsafe" if user_cats else "safe"}
         kind: DecisionKind = "content_safety_input"
-        bot_cats: tuple[str, ...] = ()
-        if mark:
+        if agent:
             kind = "content_safety_output"
-            bot_cats = self.policy.violations(bot)
-            answer["Response Safety"] = "unsafe" if bot_cats else "safe"
-        categories = matched_categories(self.policy, [user, bot] if mark else [user])
+            answer["Response Safety"] = "unsafe" if self.policy.violations(bot) else "safe"
+        categories = matched_categories(self.policy, [user, bot] if agent else [user])
         if categories:
             answer["Safety Categories"] = ", ".join(categories)
         content = json.dumps(answer, ensure_ascii=False)
@@ -126,15 +215,95 @@ class GuardModel:
         categories = self.policy.violations(assessed)
         if not categories:
             return Decision("llama_guard", "safe")
-        taxonomy = {name.strip().lower(): code for code, name in _LG_TAXONOMY.findall(_taxonomy(text))}
-        codes: list[str] = []
-        for name in categories:
-            code = taxonomy.get(name.lower()) or self.policy.llama_guard_codes.get(name)
-            if code and code not in codes:
-                codes.append(code)
-        codes.sort(key=lambda c: int(c[1:]))
+        codes = self._llama_guard_codes(categories, _taxonomy(text))
         content = "unsafe\n" + ",".join(codes) if codes else "unsafe"
         return Decision("llama_guard", content, categories)
+
+    def _llama_guard_codes(self, categories: Sequence[str], taxonomy: list[tuple[str, str]]) -> list[str]:
+        by_name = {name.lower(): code for code, name in taxonomy}
+        listed = {code for code, _ in taxonomy}
+        codes: list[str] = []
+        for name in categories:
+            code = by_name.get(name.lower())
+            if code is None:
+                code = next(
+                    (
+                        c
+                        for alias in _TAXONOMY_ALIASES.get(name, ())
+                        for c, n in taxonomy
+                        if alias in n.lower()
+                    ),
+                    None,
+                )
+            if code is None:
+                fallback = self.policy.llama_guard_codes.get(name)
+                code = fallback if fallback and (not taxonomy or fallback in listed) else None
+            if code and code not in codes:
+                codes.append(code)
+        codes.sort(key=lambda c: (c[0], int(c[1:])))
+        return codes
+
+    def _nemotron_reasoning(self, text: str, *, think: bool) -> Decision:
+        start = text.find("Human user:") + len("Human user:")
+        stop = text.rfind("Use the taxonomy")
+        body = text[start:] if stop < start else text[start:stop]
+        user, turn, bot = body.partition("\nAI assistant:")
+        user, bot = user.strip(), bot.strip()
+        has_response = bool(turn) and bot not in ("", "None")
+        user_found = self.policy.evidence(user)
+        bot_found = self.policy.evidence(bot) if has_response else ()
+        prompt_harm = "harmful" if user_found else "unharmful"
+        response_harm = ("harmful" if bot_found else "unharmful") if has_response else "none"
+        content = f"Prompt harm: {prompt_harm}\nResponse Harm: {response_harm}"
+        if think:
+            codes = {name.lower(): code for code, name in _taxonomy(text)}
+            trace = " ".join(
+                (
+                    _reasoning("The human user's request", user_found, codes),
+                    _reasoning("The AI assistant's response", bot_found, codes)
+                    if has_response
+                    else "There is no AI assistant response, so the response harm is None.",
+                )
+            )
+            content = f"<think>\n{trace}\n</think>\n\n{content}"
+        kind: DecisionKind = "nemotron_reasoning_output" if has_response else "nemotron_reasoning_input"
+        names = {name for name, _ in (*user_found, *bot_found)}
+        categories = tuple(c.name for c in self.policy.categories if c.name in names)
+        return Decision(kind, content, categories)
+
+    def _shieldgemma(self, text: str) -> Decision:
+        subjects = _SG_SUBJECT.findall(text)
+        judges_response = bool(subjects) and subjects[-1].lower() not in ("human", "user")
+        human = _SG_HUMAN.search(text)
+        bot = _SG_BOT.search(text, human.end() if human else 0)
+        judged = (bot.group(1) if bot else "") if judges_response else (human.group(1) if human else "")
+        categories = self.policy.violations(judged)
+        kind: DecisionKind = "shieldgemma_output" if judges_response else "shieldgemma_input"
+        return Decision(kind, "Yes" if categories else "No", categories)
+
+    def _self_check(self, text: str, question_at: int, question: str) -> Decision:
+        labels = [m for m in _SELF_CHECK_LABEL.finditer(text) if m.start() < question_at]
+        subject = question.lower()
+        if re.search(r"\buser\b", subject):
+            output = False
+        elif re.search(r"\b(bot|assistant|response|output)\b", subject):
+            output = True
+        else:
+            output = any(m.group(2) for m in labels)
+        wanted = [m for m in labels if bool(m.group(2)) == output]
+        line_start = text.rfind("\n", 0, question_at) + 1
+        if wanted:
+            label = wanted[-1]
+            following = [m.start() for m in labels if m.start() > label.start()]
+            stop = min([*following, line_start if line_start > label.end() else question_at])
+            judged = _unquote(text[label.end() : stop])
+        else:  # no field: the last quoted text before the question, else everything before it
+            quoted = re.findall(r'"([^"]*)"', text[:question_at])
+            judged = quoted[-1] if quoted else text[:line_start]
+        categories = self.policy.violations(judged)
+        block = bool(categories) or (not output and self.policy.jailbreak_hits(judged) > 0)
+        kind: DecisionKind = "self_check_output" if output else "self_check_input"
+        return Decision(kind, "Yes" if block else "No", categories)
 
     def _topic(self, rules: str, user: str) -> Decision:
         if self.policy.is_off_topic(user):
@@ -152,16 +321,75 @@ def malformed(content: str, rng: random.Random) -> str:
     return "I'm sorry, I cannot assess the safety of this conversation."
 
 
+def duplicated(content: str) -> str:
+    """``content`` with each verdict stated twice, the second time contradicting the first.
+
+    A JSON object gets every ``"User Safety"``/``"Response Safety"`` key repeated right after itself
+    with the opposite value (``{"User Safety": "unsafe", "User Safety": "safe", ...}``: a parser
+    that keeps the last key reads the flipped verdict); Nemotron ``Prompt harm:``/``Response Harm:``
+    lines are repeated the same way. Other answers are returned unchanged.
+    """
+    stripped = content.rstrip()
+    trailing = content[len(stripped) :]
+    try:
+        data = json.loads(stripped) if stripped.startswith("{") else None
+    except ValueError:
+        data = None
+    if isinstance(data, dict):
+        parts = []
+        for key, value in data.items():
+            parts.append(f"{json.dumps(key, ensure_ascii=False)}: {json.dumps(value, ensure_ascii=False)}")
+            if key in _VERDICT_KEYS and value in _FLIP:
+                parts.append(f"{json.dumps(key)}: {json.dumps(_FLIP[value])}")
+        return "{" + ", ".join(parts) + "}" + trailing
+    return _HARM_LINE.sub(lambda m: f"{m.group(0)}\n{m.group(1)}{_FLIP[m.group(2)]}", content)
+
+
+def _self_check_question(text: str) -> re.Match[str] | None:
+    """The self-check question when it ends ``text`` (only a short tail such as ``Answer:`` after)."""
+    last = None
+    for match in _SELF_CHECK_QUESTION.finditer(text):
+        last = match
+    if last is None or len(text[last.end() :].strip()) > _SELF_CHECK_TAIL:
+        return None
+    return last
+
+
+def _unquote(value: str) -> str:
+    value = value.strip()
+    quoted = _QUOTED.fullmatch(value)
+    return quoted.group(1) if quoted else value.lstrip('"')
+
+
+def _reasoning(subject: str, found: Sequence[tuple[str, str]], codes: Mapping[str, str]) -> str:
+    if not found:
+        return f"{subject} does not fall into any harmful category of the taxonomy, so it is unharmful."
+    words = _and([f'"{match}"' for _, match in found])
+    named = _and([f"{codes[n.lower()]}: {n}" if n.lower() in codes else n for n, _ in found])
+    return f"{subject} mentions {words}, which falls under {named}, so it is harmful."
+
+
+def _and(items: Sequence[str]) -> str:
+    return items[0] if len(items) == 1 else ", ".join(items[:-1]) + " and " + items[-1]
+
+
 def _between(text: str, begin: str, end: str) -> str:
     start = text.find(begin) + len(begin)
     stop = text.rfind(end)
     return text[start:stop] if stop >= start else text[start:]
 
 
-def _taxonomy(text: str) -> str:
+def _taxonomy(text: str) -> list[tuple[str, str]]:
+    """``(code, name)`` pairs listed in the prompt: between the Llama Guard category markers when
+    present, else every ``S1: Name.`` line before the conversation."""
     start = text.find("<BEGIN UNSAFE CONTENT CATEGORIES>")
     stop = text.find("<END UNSAFE CONTENT CATEGORIES>")
-    return text[start:stop] if 0 <= start < stop else ""
+    if 0 <= start < stop:
+        section = text[start:stop]
+    else:
+        cut = min((i for i in (text.find(_BEGIN), text.find("Human user:")) if i >= 0), default=len(text))
+        section = text[:cut]
+    return [(code, name.strip()) for code, name in _TAXONOMY_LINE.findall(section)]
 
 
 def _content_words(text: str) -> set[str]:

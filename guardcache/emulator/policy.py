@@ -14,8 +14,10 @@ File format (YAML or JSON)::
       off_topic: [stock tips]        # always off-topic for topic-control prompts
 
 A plain entry matches as a whole word or phrase, case-insensitively; an entry starting with ``re:``
-is a case-insensitive regular expression. A file whose top level has no ``categories`` key is read
-as the categories mapping itself. Categories are reported in file order.
+is a case-insensitive regular expression. Scripts written without spaces between words (Chinese,
+Japanese, Thai) and Arabic, whose words take attached prefixes, need ``re:`` entries: a plain entry's
+word boundaries would never match inside a run of letters. A file whose top level has no
+``categories`` key is read as the categories mapping itself. Categories are reported in file order.
 """
 
 from __future__ import annotations
@@ -52,6 +54,11 @@ class Category:
     def matches(self, text: str) -> bool:
         return self.combined is not None and self.combined.search(text) is not None
 
+    def first_match(self, text: str) -> str | None:
+        """The text of the leftmost match (what a reasoning trace quotes), or None."""
+        found = self.combined.search(text) if self.combined is not None else None
+        return found.group(0) if found is not None else None
+
 
 @dataclass(frozen=True, slots=True)
 class Policy:
@@ -68,6 +75,13 @@ class Policy:
         if not text:
             return ()
         return tuple(c.name for c in self.categories if c.matches(text))
+
+    def evidence(self, text: str) -> tuple[tuple[str, str], ...]:
+        """``(category, matched text)`` for each violated category, in policy order."""
+        if not text:
+            return ()
+        found = ((c.name, c.first_match(text)) for c in self.categories)
+        return tuple((name, match) for name, match in found if match is not None)
 
     def jailbreak_hits(self, text: str) -> int:
         return sum(1 for p in self.jailbreak if p.search(text))

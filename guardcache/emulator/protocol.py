@@ -3,7 +3,9 @@
 Kept apart from the HTTP layer so the exact shapes (what clients parse) are in one place:
 ``chat.completion`` with ``choices[{index, message{role, content}, finish_reason, logprobs}]`` and
 ``usage{prompt_tokens, completion_tokens, total_tokens[, prompt_tokens_details{cached_tokens}]}``;
-streaming ``chat.completion.chunk`` events; ``{"error": {"message", "type", "param", "code"}}``.
+streaming ``chat.completion.chunk`` events; ``{"error": {"message", "type", "param", "code"}}``, and
+vLLM's flat ``{"object": "error", "message", "type", "param", "code"}`` where the NIMs answer with it
+(context length exceeded, body too large).
 """
 
 from __future__ import annotations
@@ -37,6 +39,7 @@ class ChatRequest:
     max_tokens: int
     stream: bool
     include_usage: bool
+    max_tokens_given: bool = True  # False: max_tokens is the server default, capped by the context
 
     @classmethod
     def from_body(cls, body: Any, *, default_model: str, default_max_tokens: int) -> ChatRequest:
@@ -55,6 +58,7 @@ class ChatRequest:
                     f"messages[{i}].content",
                 )
         max_tokens = body.get("max_completion_tokens", body.get("max_tokens"))
+        given = max_tokens is not None
         if max_tokens is None:
             max_tokens = default_max_tokens
         if isinstance(max_tokens, bool) or not isinstance(max_tokens, int) or max_tokens < 1:
@@ -72,11 +76,18 @@ class ChatRequest:
             max_tokens=max_tokens,
             stream=bool(stream),
             include_usage=bool(options.get("include_usage", False)),
+            max_tokens_given=given,
         )
 
 
 def error_body(message: str, type_: str, code: str | None, param: str | None = None) -> dict[str, Any]:
     return {"error": {"message": message, "type": type_, "param": param, "code": code}}
+
+
+def vllm_error_body(message: str, type_: str, status: int) -> dict[str, Any]:
+    """vLLM's (and so the NIMs') top-level error shape, e.g. for a prompt over the context length:
+    ``{"object": "error", "message": ..., "type": "BadRequestError", "param": null, "code": 400}``."""
+    return {"object": "error", "message": message, "type": type_, "param": None, "code": status}
 
 
 def new_completion_id() -> str:

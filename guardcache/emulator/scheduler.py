@@ -40,8 +40,9 @@ class LatencyModel:
         c = self.config
         return (c.decode_base_ms + c.decode_ms_per_running * running) * self._scale
 
-    def classify(self) -> float:
-        return self.config.classify_ms * self._scale
+    def classify(self, input_tokens: int) -> float:
+        c = self.config
+        return (c.classify_ms + c.classify_ms_per_token * input_tokens) * self._scale
 
 
 class Stopper:

@@ -27,6 +27,9 @@ KNOBS = [
     "--cached-tokens-field",
     "--api-key",
     "--model",
+    "--max-model-len",
+    "--max-body-bytes",
+    "--duplicate-key-rate",
 ]
 
 
@@ -76,6 +79,22 @@ def test_flags_build_the_config() -> None:
         5,
     )
     assert cfg.cached_tokens_field == "nonzero" and cfg.trailing_space is False
+
+
+def test_limit_and_duplicate_key_flags_build_the_config() -> None:
+    args = parser().parse_args(
+        shlex.split("emulate --max-model-len 4096 --max-body-bytes 0 --duplicate-key-rate 0.25")
+    )
+    cfg = cli.build_config(args)
+    assert (cfg.max_model_len, cfg.max_body_bytes, cfg.faults.duplicate_key_rate) == (4096, 0, 0.25)
+
+
+def test_help_lists_every_guard_format(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(SystemExit):
+        parser().parse_args(["emulate", "--help"])
+    text = " ".join(capsys.readouterr().out.split())
+    for name in ("Llama Guard", "Nemotron", "ShieldGemma", "self check", "topic control", "classify"):
+        assert name in text
 
 
 def test_default_port_is_8000_like_a_nim() -> None:

@@ -43,6 +43,11 @@ def test_configs_are_frozen() -> None:
         (lambda: EmulatorConfig(cached_tokens_field="sometimes"), "cached_tokens_field"),  # type: ignore[arg-type]
         (lambda: EmulatorConfig(api_key=""), "api_key"),
         (lambda: EmulatorConfig(chars_per_token=0), "chars_per_token"),
+        (lambda: EmulatorConfig(max_model_len=-1), "max_model_len"),
+        (lambda: EmulatorConfig(max_body_bytes=1.5), "max_body_bytes"),  # type: ignore[arg-type]
+        (lambda: FaultConfig(duplicate_key_rate=2.0), "duplicate_key_rate"),
+        (lambda: FaultConfig(duplicate_key_rate=0.5, drop_rate=0.6), "sum"),
+        (lambda: LatencyConfig(classify_ms_per_token=-1), "classify_ms_per_token"),
     ],
 )
 def test_invalid_values_raise_a_value_error_naming_the_field(factory: Any, field: str) -> None:
@@ -57,6 +62,12 @@ def test_dict_round_trip_and_merge_keep_other_fields() -> None:
     assert merged.latency.time_scale == 0
     assert merged.latency.decode_base_ms == cfg.latency.decode_base_ms
     assert merged.kv_cache.block_size == 16 and merged.api_key == "k"
+
+
+def test_limits_default_to_a_nims_context_window_and_a_1_mib_body() -> None:
+    cfg = EmulatorConfig()
+    assert (cfg.max_model_len, cfg.max_body_bytes) == (8192, 1_048_576)
+    assert EmulatorConfig(max_model_len=0, max_body_bytes=0).max_model_len == 0  # 0 = no limit
 
 
 def test_unknown_fields_are_rejected_with_the_known_ones_listed() -> None:

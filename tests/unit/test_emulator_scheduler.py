@@ -23,6 +23,15 @@ def test_latency_formulas_follow_the_reference_and_scale() -> None:
     assert LatencyModel(LatencyConfig(time_scale=0)).prefill(10**6) == 0
 
 
+def test_classify_latency_is_a_classifier_nims_10_to_30_ms_and_grows_with_the_input() -> None:
+    model = LatencyModel(LatencyConfig())
+    assert model.classify(0) == pytest.approx(0.012)
+    assert model.classify(100) == pytest.approx(0.014)
+    assert model.classify(800) == pytest.approx(0.028)
+    assert 0.010 <= model.classify(50) < model.classify(500) <= 0.030
+    assert LatencyModel(LatencyConfig(time_scale=0)).classify(10**6) == 0
+
+
 def test_default_latencies_give_the_reference_end_to_end_figures() -> None:
     model = LatencyModel(LatencyConfig())
     prompt, cached = 400, 256
@@ -119,3 +128,16 @@ def test_updating_faults_validates_and_reseeds() -> None:
         injector.update(error_rate=2)
     with pytest.raises(ValueError, match="nonsense"):
         injector.update(nonsense=1)
+
+
+def test_duplicate_key_faults_are_drawn_at_their_rate_after_the_older_kinds() -> None:
+    config = FaultConfig(error_rate=0.25, duplicate_key_rate=0.25, seed=4)
+    injector = FaultInjector(config)
+    new = [injector.draw() for _ in range(4000)]
+    counts = Counter(new)
+    assert counts[Fault.DUPLICATE_KEY] == pytest.approx(1000, rel=0.15)
+    assert counts[Fault.ERROR] == pytest.approx(1000, rel=0.15)
+    # Its range comes after the older kinds', so a seed still fails the same requests with them.
+    old_injector = FaultInjector(FaultConfig(error_rate=0.25, seed=4))
+    old = [old_injector.draw() for _ in range(4000)]
+    assert all((a is Fault.ERROR) == (b is Fault.ERROR) for a, b in zip(old, new, strict=True))
