@@ -26,6 +26,7 @@ import httpx2 as httpx
 from guardcache.errors import (
     BackendConnectionError,
     BackendError,
+    BackendInputRejectedError,
     BackendProtocolError,
     BackendStatusError,
     BackendTimeoutError,
@@ -314,8 +315,11 @@ class ChatClient:
         retry_after = None
         if status in RETRY_AFTER_STATUSES:
             retry_after = parse_retry_after(response.headers.get("Retry-After"))
+        # 400/413/422: the server refused this request's content (too long for its context, too
+        # large, undecodable). The static part never changes, so the user's text caused it: unsafe.
+        rejected = status in (400, 413, 422)
         return _Failure(
-            BackendStatusError,
+            BackendInputRejectedError if rejected else BackendStatusError,
             f"{self.url} answered {phrase}{suffix}; {hint}",
             phrase,
             status in self.retry.retry_on_status,
