@@ -1,8 +1,9 @@
 """The shipped NemoGuard content-safety prompts are byte-exact and cannot drift silently.
 
 The model was fine-tuned on these exact bytes and the server's KV-cache reuse needs them identical on
-every request. The sha256 pins fail on any edit; the comparison with the reference file (beside the
-repository in CI, as ``../shared/reference``) fails if the two ever disagree.
+every request. The sha256 pins fail on any edit; the comparison with the reference file (the model's
+published prompt format, kept as this suite's fixture in ``tests/fixtures``) fails if the two ever
+disagree.
 """
 
 from __future__ import annotations
@@ -15,12 +16,7 @@ import yaml
 
 from guardcache.prompts import default_prompts, render, static_prefix
 
-REFERENCE = (
-    Path(__file__).resolve().parents[2].parent
-    / "shared"
-    / "reference"
-    / "nemoguard_content_safety_prompts.yml"
-)
+REFERENCE = Path(__file__).resolve().parents[1] / "fixtures" / "nemoguard_content_safety_prompts.yml"
 
 PINS = {
     "content_safety_check_input $model=content_safety": (
@@ -55,7 +51,6 @@ def test_each_template_matches_its_pinned_sha256(task: str) -> None:
     assert hashlib.sha256(defaults()[task].encode("utf-8")).hexdigest() == PINS[task]
 
 
-@pytest.mark.skipif(not REFERENCE.exists(), reason="reference prompts not beside the repository")
 def test_the_templates_are_byte_identical_to_the_reference_file() -> None:
     reference = yaml.safe_load(REFERENCE.read_text(encoding="utf-8"))["prompts"]
     assert {p["task"]: p["content"] for p in reference} == defaults()
