@@ -34,9 +34,9 @@ sys.path.insert(0, str(ROOT))  # for the replica script and the redis-server hel
 
 from guardcache.cache import LFUCache  # noqa: E402
 from guardcache.cache.redis import RedisSettings, build_tiered_cache  # noqa: E402
+from guardcache.checks import codec  # noqa: E402
+from guardcache.checks.verdict import CachedCheck, Verdict  # noqa: E402
 from guardcache.emulator import DEFAULT_MODEL, EmulatorConfig, EmulatorProcess  # noqa: E402
-from guardcache.library import codec  # noqa: E402
-from guardcache.library.verdict import CachedCheck, Verdict  # noqa: E402
 from guardcache.llm.types import Usage  # noqa: E402
 from tests.integration.redis_support import RedisServer  # noqa: E402
 from tests.integration.replica_fleet import run_replicas, write_replica_config  # noqa: E402

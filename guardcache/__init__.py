@@ -4,9 +4,9 @@
 """
 
 from guardcache.cache import CacheInterface, CacheStats, LFUCache
+from guardcache.checks.verdict import RailResult, Verdict
 from guardcache.config import RailsConfig
 from guardcache.errors import BackendError, ConfigError, GuardcacheError, ParseError
-from guardcache.library.verdict import RailResult, Verdict
 from guardcache.rails import REFUSAL, CheckResult, LLMRails, TurnInfo
 
 __version__ = "0.1.0"

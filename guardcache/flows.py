@@ -7,8 +7,8 @@ so a new check registers itself here (``register_flow``) and the config loader, 
 and the runtime all see it at once.
 
 This is a leaf module: it imports nothing from the rest of guardcache. The checks register their
-flows from their own folders (``guardcache.library.<check>.flows``, collected by
-``guardcache.library.catalog``), which the config imports before it validates.
+flows from their own folders (``guardcache.checks.<check>.flows``, collected by
+``guardcache.checks.catalog``), which the config imports before it validates.
 """
 
 from __future__ import annotations

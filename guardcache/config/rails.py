@@ -24,6 +24,7 @@ from pydantic import (
     model_validator,
 )
 
+from guardcache.checks import catalog as _catalog  # registers every check's flows
 from guardcache.config.errors import FieldError, Problem, from_validation_error, show
 from guardcache.config.files import MergedSources, load_path, parse_mapping, parse_yaml
 from guardcache.config.models import (
@@ -35,7 +36,6 @@ from guardcache.config.nemo_compat import strip_unused_nemo_keys
 from guardcache.config.settings import RailSettings
 from guardcache.errors import ConfigError
 from guardcache.flows import DEFAULT_MAX_INPUT_CHARS, KNOWN_FLOWS, FlowRef, FlowSpec, prompt_variables
-from guardcache.library import catalog as _catalog  # registers every check's flows
 from guardcache.prompts.loader import default_prompts, select_prompt, with_defaults
 from guardcache.prompts.render import template_problems
 from guardcache.prompts.templates import PositiveInt, TaskPrompt, split_task

@@ -1,7 +1,7 @@
 """The LLM client layer: OpenAI-compatible calls, their cost records, and a LangChain adapter.
 
 The LangChain adapter is re-exported lazily: importing langchain-core takes about a second, and the
-guard path (library -> llm.client) must not pay it.
+guard path (checks -> llm.client) must not pay it.
 """
 
 from __future__ import annotations

@@ -6,7 +6,7 @@ the ExplainInfo of the request that spawned them, without passing it through eve
 Concurrent requests each set their own, so they never see each other's records.
 
 The scope is opened by the runtime (:func:`request_scope` or :func:`new_request`), records are added
-by whoever knows the task name (a library check, the runtime's main-LLM call) with
+by whoever knows the task name (a check, the runtime's main-LLM call) with
 :func:`record_call`; the LLM client itself records nothing.
 """
 

@@ -9,13 +9,13 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from guardcache.cache import CacheInterface
+from guardcache.checks.catalog import PARSERS
+from guardcache.checks.check import Check, LLMCheck
+from guardcache.checks.jailbreak_detection.check import build_classify_check
 from guardcache.config import RailGroup, RailsConfig
 from guardcache.config.models import ModelConfig
 from guardcache.errors import ConfigError
 from guardcache.flows import KNOWN_FLOWS, FlowRef
-from guardcache.library.catalog import PARSERS
-from guardcache.library.check import Check, LLMCheck
-from guardcache.library.jailbreak_detection.check import build_classify_check
 from guardcache.llm.client import DEFAULT_TIMEOUT, ChatClient
 from guardcache.rails.caches import build_cache
 from guardcache.rails.rail import Rail

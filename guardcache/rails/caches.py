@@ -2,7 +2,7 @@
 
 This is where config meets ``guardcache.cache`` (which takes plain settings only): ``store: redis``
 puts the shared tier behind the in-process LFU, scoped by the model's type and name, with
-``guardcache.library.codec`` turning verdicts into versioned bytes.
+``guardcache.checks.codec`` turning verdicts into versioned bytes.
 """
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ def build_cache(model: ModelConfig) -> CacheInterface | None:
         return LFUCache(cfg.maxsize, track_stats=cfg.stats.enabled, stats_logging_interval=interval)
     try:
         from guardcache.cache.redis import build_tiered_cache, model_scope
-        from guardcache.library import codec
+        from guardcache.checks import codec
     except ImportError as exc:
         raise ConfigError(
             f"model {model.type!r}: cache.store: redis needs the redis package ({exc}); "

@@ -14,10 +14,10 @@ from typing import Any, TypeVar, overload
 
 from guardcache import language
 from guardcache.cache import CacheInterface
+from guardcache.checks.check import TRANSPORT_PARAMS
+from guardcache.checks.verdict import RailResult
 from guardcache.config import RailsConfig
 from guardcache.errors import ConfigError
-from guardcache.library.check import TRANSPORT_PARAMS
-from guardcache.library.verdict import RailResult
 from guardcache.llm.pool import aclose_all
 from guardcache.llm.stats import LLMCallInfo, record_call, request_scope
 from guardcache.rails.builder import build_runtime

@@ -21,10 +21,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from guardcache.checks.check import Check
+from guardcache.checks.verdict import RailResult
 from guardcache.errors import BackendError, InputRejectedError, ParseError
 from guardcache.flows import FlowRef, FlowSpec
-from guardcache.library.check import Check
-from guardcache.library.verdict import RailResult
 
 log = logging.getLogger(__name__)
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
-from guardcache.library.verdict import RailResult
+from guardcache.checks.verdict import RailResult
 from guardcache.llm.stats import ExplainInfo, LLMCallInfo
 
 REFUSAL = "I'm sorry, I can't respond to that."

@@ -24,8 +24,8 @@ import redis
 
 from guardcache.cache import LFUCache
 from guardcache.cache.redis import RedisSettings, TieredCache, build_tiered_cache
-from guardcache.library import codec
-from guardcache.library.verdict import CachedCheck, Verdict
+from guardcache.checks import codec
+from guardcache.checks.verdict import CachedCheck, Verdict
 from guardcache.llm.types import Usage
 
 INSTALL_HINT = (

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from guardcache.cache import Namespace
-from guardcache.library import codec
+from guardcache.checks import codec
 from tests.integration.redis_support import (
     RedisServer,
     make_tier,

@@ -10,16 +10,16 @@ import pytest
 
 from guardcache import RailsConfig
 from guardcache.cache import LFUCache, normalize_text
-from guardcache.errors import BackendStatusError, InputRejectedError, ParseError
-from guardcache.flows import KNOWN_FLOWS
-from guardcache.library import codec
-from guardcache.library.check import LLMCheck
-from guardcache.library.content_safety.parsers import (
+from guardcache.checks import codec
+from guardcache.checks.check import LLMCheck
+from guardcache.checks.content_safety.parsers import (
     parse_prompt_safety,
     parse_reasoning_prompt_safety,
     parse_response_safety,
 )
-from guardcache.library.verdict import CachedCheck, Verdict
+from guardcache.checks.verdict import CachedCheck, Verdict
+from guardcache.errors import BackendStatusError, InputRejectedError, ParseError
+from guardcache.flows import KNOWN_FLOWS
 from guardcache.llm import ChatClient, RetryPolicy, Usage
 from guardcache.llm.stats import request_scope
 from guardcache.prompts import default_prompts, static_prefix

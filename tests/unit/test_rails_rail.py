@@ -8,6 +8,8 @@ from typing import Any
 
 import pytest
 
+from guardcache.checks.check import CheckOutcome
+from guardcache.checks.verdict import Verdict
 from guardcache.errors import (
     BackendInputRejectedError,
     BackendStatusError,
@@ -16,8 +18,6 @@ from guardcache.errors import (
     ParseError,
 )
 from guardcache.flows import KNOWN_FLOWS, FlowRef
-from guardcache.library.check import CheckOutcome
-from guardcache.library.verdict import Verdict
 from guardcache.rails.rail import Rail
 
 

@@ -11,10 +11,10 @@ from guardcache.cache import LFUCache
 from guardcache.cache.redis import RedisSettings, TieredCache
 from guardcache.cache.redis_stats import GlobalTierStats, TierStats
 from guardcache.cache.redis_store import redacted
+from guardcache.checks import codec
+from guardcache.checks.verdict import CachedCheck, Verdict
 from guardcache.config import RailsConfig
 from guardcache.errors import ConfigError
-from guardcache.library import codec
-from guardcache.library.verdict import CachedCheck, Verdict
 from guardcache.llm.types import Usage
 from guardcache.rails.caches import build_cache
 

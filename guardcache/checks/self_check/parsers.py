@@ -11,8 +11,8 @@ from __future__ import annotations
 import re
 from collections.abc import Callable
 
+from guardcache.checks.verdict import Verdict
 from guardcache.errors import ParseError
-from guardcache.library.verdict import Verdict
 
 _NON_WORD = re.compile(r"\W+")
 

@@ -13,12 +13,12 @@ from typing import Any
 import httpx2 as httpx
 
 from guardcache.cache import CacheInterface, Namespace
+from guardcache.checks.check import WARM_UP_TEXTS, CheckOutcome, TurnTexts, Unreadable, digest, run_cached
+from guardcache.checks.jailbreak_detection.parsers import parse_jailbreak
+from guardcache.checks.verdict import CachedCheck, Verdict
 from guardcache.config import RailsConfig
 from guardcache.errors import ConfigError, ParseError
 from guardcache.flows import FlowSpec
-from guardcache.library.check import WARM_UP_TEXTS, CheckOutcome, TurnTexts, Unreadable, digest, run_cached
-from guardcache.library.jailbreak_detection.parsers import parse_jailbreak
-from guardcache.library.verdict import CachedCheck, Verdict
 from guardcache.llm.client import ChatClient
 from guardcache.llm.types import ChatResult, Usage
 

@@ -31,9 +31,9 @@ from typing import Any, NamedTuple, Protocol
 
 from guardcache.cache import CacheInterface, Namespace
 from guardcache.cache.keys import digest_fields, normalize_text
+from guardcache.checks.verdict import CachedCheck, Verdict
 from guardcache.errors import InputRejectedError, ParseError
 from guardcache.flows import DEFAULT_MAX_INPUT_CHARS, FlowSpec
-from guardcache.library.verdict import CachedCheck, Verdict
 from guardcache.llm.client import ChatClient
 from guardcache.llm.stats import LLMCallInfo, record_call
 from guardcache.llm.types import Usage

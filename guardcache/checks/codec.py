@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from guardcache.library.verdict import CachedCheck, Verdict
+from guardcache.checks.verdict import CachedCheck, Verdict
 from guardcache.llm.types import Usage
 
 VERSION = b"\x01"

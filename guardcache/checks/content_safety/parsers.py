@@ -21,9 +21,9 @@ from __future__ import annotations
 import re
 from collections.abc import Callable
 
+from guardcache.checks.answer import read_fields
+from guardcache.checks.verdict import Verdict
 from guardcache.errors import ParseError
-from guardcache.library.answer import read_fields
-from guardcache.library.verdict import Verdict
 
 _INPUT, _OUTPUT = "User Safety", "Response Safety"
 

@@ -14,10 +14,10 @@ import pkgutil
 from collections.abc import Callable
 from pathlib import Path
 
+from guardcache.checks.verdict import Verdict
 from guardcache.flows import KNOWN_FLOWS, FlowSpec
-from guardcache.library.verdict import Verdict
 
-_PACKAGE = "guardcache.library"
+_PACKAGE = "guardcache.checks"
 
 
 def _check_folders() -> list[str]:

@@ -5,8 +5,8 @@ from __future__ import annotations
 import json
 from collections.abc import Callable
 
+from guardcache.checks.verdict import Verdict
 from guardcache.errors import ParseError
-from guardcache.library.verdict import Verdict
 
 
 def parse_jailbreak(text: str) -> Verdict:

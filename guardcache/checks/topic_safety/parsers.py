@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+from guardcache.checks.verdict import Verdict
 from guardcache.errors import ParseError
-from guardcache.library.verdict import Verdict
 
 
 def parse_topic(text: str) -> Verdict:
