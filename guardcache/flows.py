@@ -116,7 +116,6 @@ class FlowSpec:
     required_args: tuple[str, ...] = ()
     prompt_task: str | None = None
     variables: tuple[str, ...] = ()
-    settings: tuple[str, ...] = ()
     backend: Backend = "chat"
     optional_args: tuple[str, ...] = ()
     models: tuple[str, ...] = ()
@@ -148,12 +147,11 @@ def register_flow(spec: FlowSpec) -> FlowSpec:
 
 
 def prompt_variables() -> dict[str, frozenset[str]]:
-    """Prompt task -> the names its template may use (variables and settings), over all known flows."""
+    """Prompt task -> the variables its template may use, over all known flows."""
     table: dict[str, frozenset[str]] = {}
     for spec in KNOWN_FLOWS.values():
         if spec.prompt_task is not None:
-            names = {*spec.variables, *spec.settings}
-            table[spec.prompt_task] = table.get(spec.prompt_task, frozenset()) | names
+            table[spec.prompt_task] = table.get(spec.prompt_task, frozenset()) | set(spec.variables)
     return table
 
 

@@ -9,9 +9,10 @@ Why the pieces are where they are:
   (``normalize_text``: layout whitespace only), and that normalized text is both keyed and rendered
   into the prompt. Nothing the model could read differently is folded, so no user can make their
   variant of a text answer for another's.
-- The namespace digests the model type and name, the flow, the template fingerprint, the settings
-  and the generation parameters, so a changed template or temperature never serves an old verdict.
-  A hit renders nothing: the prompt is built only for a backend call.
+- The namespace digests the model type and name, the flow, the template fingerprint (with the
+  settings the template reads, e.g. ``reasoning_enabled``) and the generation parameters, so a
+  changed template or temperature never serves an old verdict. A hit renders nothing: the prompt is
+  built only for a backend call.
 - The backend sees the rendered template: static prefix first and byte-identical, user text last,
   fixed parameters, so a server with KV-cache reuse reuses the prefix on every request.
 - **An input the guard cannot judge is unsafe**: text that is not valid Unicode or longer than
@@ -38,6 +39,7 @@ from guardcache.llm.client import ChatClient
 from guardcache.llm.stats import LLMCallInfo, record_call
 from guardcache.llm.types import Usage
 from guardcache.prompts import TaskPrompt, fingerprint, render_messages
+from guardcache.prompts.jinja import Settings
 
 #: Model parameters that configure the transport, not the generation (so not part of the namespace).
 TRANSPORT_PARAMS = frozenset({"base_url", "openai_api_base", "timeout", "max_retries", "default_headers"})
@@ -171,18 +173,15 @@ class LLMCheck:
         self.parser = parser
         self.client = client
         self.cache = cache
-        self.settings = {name: (settings or {}).get(name, False) for name in spec.settings}
+        self.settings = Settings.of(settings)  # validated once; the fingerprint covers what is read
         self.texts = TurnTexts(spec.variables, max_input_chars)
         self.namespace = Namespace.of(
-            model_type,
-            model_name,
-            fingerprint(prompt),
-            {**self.params, "~flow": spec.name, "~settings": self.settings},
+            model_type, model_name, fingerprint(prompt, self.settings), {**self.params, "~flow": spec.name}
         )
 
     def messages(self, texts: Mapping[str, Any]) -> list[dict[str, str]]:
         """The exact request messages for these (normalized) texts."""
-        rendered = render_messages(self.prompt, {**texts, **self.settings})
+        rendered = render_messages(self.prompt, texts, self.settings)
         build = self.spec.build_messages
         return rendered if build is None else build(rendered, texts)
 

@@ -263,8 +263,14 @@ class RailsConfig(BaseModel):
                 ]
             for j, message in enumerate(prompt.messages or ()):
                 loc = ("prompts", i, "messages", j, "content")
-                if message.type is None:
-                    problems.append((loc, "a message expression needs Jinja: give each message a type"))
+                if message.type is None:  # NeMo's "{{ history | to_chat_messages }}" entries
+                    problems.append(
+                        (
+                            loc,
+                            "a message expression (a bare string) expands a conversation history, "
+                            "which guard checks do not have: give each message a type and a content",
+                        )
+                    )
                 else:
                     problems += [(loc, m) for m in template_problems(message.content, allowed)]
         return problems

@@ -1,117 +1,112 @@
-"""Rendering prompt templates: ``{{ name }}`` placeholders, substituted in one pass.
+"""Rendering prompt templates: NeMo Guardrails' Jinja syntax in a sandbox, compiled once per text.
 
-Deliberately not Jinja. A guard prompt is static text with a few holes for untrusted text, and:
-- substitution is SINGLE-PASS: a user message containing ``{{ bot_response }}`` (or a stray ``{{``)
-  is inserted verbatim and never expanded again, so user text cannot steer the template;
-- the static text is byte-identical on every call, which keeps the model's accuracy (it was trained
-  on those bytes) and the server's KV-cache prefix reuse;
-- the placeholders of a template can be checked when the config loads, so a typo such as
-  ``{{ user_inptu }}`` is a config error instead of a literal sent to the model.
+A guard prompt is mostly static text with a few holes for untrusted text. What this module keeps
+true, whatever the template uses (``{{ name }}``, ``{% if %}``, loops, filters; see ``jinja``):
+- SINGLE-PASS: a variable's value is inserted as text and never evaluated again, so a user message
+  holding ``{{ bot_response }}`` or ``{% if %}`` cannot steer the template;
+- a missing variable is an error, never an empty string, and a render depends only on the template,
+  the variables and the settings (a check can key its cache on them and render only on a miss);
+- a template made only of ``{{ name }}`` placeholders renders the same bytes as guardcache's former
+  renderer (``legacy``), so the shipped NemoGuard prompts keep the bytes the model was trained on and
+  the static prefix a server reuses from its KV cache (``static_prefix``);
+- templates are checked when the config loads (``template_problems``): a typo such as
+  ``{{ user_inptu }}`` or an unknown filter is a config error, not a literal sent to the model.
+
+``settings`` are read-only values the runtime gives every template of a check (``reasoning_enabled``
+and the other ``KNOWN_SETTINGS``); where a function takes them, ``None`` means the defaults.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
-import re
 from collections.abc import Collection, Mapping
+from typing import Any
 
+from guardcache.prompts import jinja
+from guardcache.prompts.jinja import Settings, compile_template
+from guardcache.prompts.legacy import PLACEHOLDER
 from guardcache.prompts.templates import TaskPrompt
 
-# ``{{ name }}`` with optional whitespace inside the braces.
-PLACEHOLDER = re.compile(r"\{\{\s*([A-Za-z_][A-Za-z0-9_]*)\s*\}\}")
-# Anything that looks like template syntax, to find what ``PLACEHOLDER`` does not support.
-_ANY_EXPRESSION = re.compile(r"\{\{.*?\}\}|\{%.*?%\}|\{#.*?#\}", re.DOTALL)
 _FINGERPRINT_VERSION = "guardcache.prompt.v1"
 
 
 def placeholders(template: str) -> list[str]:
-    """The placeholder names of a template, in order of first appearance, without repeats."""
-    return list(dict.fromkeys(PLACEHOLDER.findall(template)))
+    """The names a template reads (variables and settings), in order of first appearance, without
+    repeats. ``ValueError`` if it does not compile."""
+    return list(compile_template(template).names)
 
 
-def template_problems(template: str, allowed: Collection[str]) -> list[str]:
-    """What is wrong with a template whose placeholders may only be ``allowed``; empty if it is fine.
+def template_problems(
+    template: str, allowed: Collection[str], *, settings: Collection[str] | None = None
+) -> list[str]:
+    """What is wrong with a template whose task provides the variables ``allowed``; empty if fine.
 
-    Reported: unknown placeholders, Jinja filters/blocks/comments (``{{ x | f }}``, ``{% if %}``),
-    and an opening ``{{`` that is never closed.
+    Reported, each with its line: Jinja syntax errors; unknown filters and tests, and NeMo filters
+    guardcache refuses (dialog-history ones, ``random``); ``include``/``extends``/``import``; names
+    that are neither an allowed variable nor a setting (``settings``, default: every known setting);
+    and a template that fails when rendered on sample text with the default settings.
     """
-    problems: list[str] = []
-    names = ", ".join(sorted(allowed)) or "none"
-    for match in _ANY_EXPRESSION.finditer(template):
-        text = match.group(0)
-        simple = PLACEHOLDER.fullmatch(text)
-        if simple is None:
-            problems.append(
-                f"unsupported template syntax {_clip(text)}: only {{{{ name }}}} placeholders "
-                f"are supported (this task can use: {names})"
-            )
-        elif simple.group(1) not in allowed:
-            problems.append(f"unknown placeholder {text} (this task can use: {names})")
-    rest = _ANY_EXPRESSION.sub("", template)
-    if "{{" in rest or "{%" in rest:
-        problems.append("an opening '{{' or '{%' is never closed")
-    return problems
+    return jinja.template_problems(template, allowed, settings=settings)
 
 
-def render(template: str, variables: Mapping[str, str]) -> str:
-    """Replace every ``{{ name }}`` with ``variables[name]``, in a single pass.
+def render(template: str, variables: Mapping[str, str], settings: Mapping[str, Any] | None = None) -> str:
+    """Render ``template`` (compiled on first use, then cached) with ``variables`` and ``settings``.
 
-    Inserted values are never scanned again. Variables the template does not use are ignored; a
-    placeholder without a value raises ``KeyError`` naming it (templates are validated at load time,
-    so this means the caller passed the wrong variables).
+    Values are inserted verbatim and never scanned again. Variables the template does not use are
+    ignored; a variable it reads without a value raises ``KeyError`` naming it, a non-string value
+    ``TypeError``, a template failing at run time ``jinja.TemplateRenderError`` and one that does not
+    compile ``jinja.TemplateCompileError`` (both ``ValueError``; templates are validated at load, so
+    these mean the caller passed the wrong variables or settings).
     """
-
-    def value(match: re.Match[str]) -> str:
-        name = match.group(1)
-        try:
-            text = variables[name]
-        except KeyError:
-            raise KeyError(
-                f"no value for placeholder {{{{ {name} }}}} (given: {', '.join(variables) or 'none'})"
-            ) from None
-        if not isinstance(text, str):
-            raise TypeError(f"value of {name!r} must be a str, not {type(text).__name__}")
-        return text
-
-    return PLACEHOLDER.sub(value, template)
+    return compile_template(template).render(variables, settings)
 
 
-def render_messages(prompt: TaskPrompt, variables: Mapping[str, str]) -> list[dict[str, str]]:
-    """Render a message-list prompt to OpenAI-style ``{"role", "content"}`` dicts.
+def render_messages(
+    prompt: TaskPrompt, variables: Mapping[str, str], settings: Mapping[str, Any] | None = None
+) -> list[dict[str, str]]:
+    """Render a prompt to OpenAI-style ``{"role", "content"}`` dicts.
 
-    A content prompt becomes one ``user`` message (how NemoGuard models expect it). NeMo's bare-string
-    message expressions cannot be rendered without Jinja and raise ``ValueError``.
+    A content prompt becomes one ``user`` message (how NemoGuard models expect it); a message-list
+    prompt gives one message per entry, even one whose content renders empty. NeMo's bare-string
+    message expressions (``"{{ history | to_chat_messages }}"``) expand to a conversation history,
+    which guard checks do not have: they raise ``ValueError`` (and are refused when the config loads).
     """
+    bound = Settings.of(settings)
     if prompt.content is not None:
-        return [{"role": "user", "content": render(prompt.content, variables)}]
+        return [{"role": "user", "content": compile_template(prompt.content).render(variables, bound)}]
     out: list[dict[str, str]] = []
     for message in prompt.messages or ():
         if message.type is None:
             raise ValueError(
-                f"prompt {prompt.task!r}: message expression {_clip(message.content)} needs Jinja; "
-                "guardcache renders only messages with a type and {{ name }} placeholders"
+                f"prompt {prompt.task!r}: message expression {_clip(message.content)} is not "
+                "supported: guard checks have no conversation history; give each message a type"
             )
-        out.append({"role": message.type, "content": render(message.content, variables)})
+        content = compile_template(message.content).render(variables, bound)
+        out.append({"role": message.type, "content": content})
     return out
 
 
 def static_prefix(template: str) -> str:
-    """The text before the first placeholder: the part a server can reuse from its KV cache."""
-    match = PLACEHOLDER.search(template)
-    return template if match is None else template[: match.start()]
+    """The literal text every render of ``template`` starts with, whatever the variables and
+    settings: the part a server can reuse from its KV cache. It ends where the first expression or
+    tag (``{{``, ``{%``) begins, less any whitespace a ``{%-`` strips. ``ValueError`` if the template
+    does not compile."""
+    return compile_template(template).static_prefix
 
 
-def fingerprint(prompt: TaskPrompt) -> str:
+def fingerprint(prompt: TaskPrompt, settings: Mapping[str, Any] | None = None) -> str:
     """A short, stable hex digest of everything in a prompt that shapes the model's answer.
 
     Covers the template (``content`` or every message's role and text), ``output_parser``,
-    ``max_tokens`` and ``stop``; changing any byte of them changes the fingerprint. The cache namespace
-    includes it, so an edited template can never be served a verdict computed with the old one. The
-    task name and NeMo's ``models``/``max_length``/``mode`` are left out: they select a prompt, they do
-    not change what the model sees.
+    ``max_tokens`` and ``stop``, and the value of each setting the template reads (given or default);
+    changing any byte of them changes the fingerprint. The cache namespace includes it, so an edited
+    template or a changed setting can never be served a verdict computed with the old one. The task
+    name and NeMo's ``models``/``max_length``/``mode`` are left out: they select a prompt, they do not
+    change what the model sees. Neither are settings the template does not read, so a template that
+    reads none keeps the fingerprint it had before settings existed.
     """
-    payload = {
+    payload: dict[str, Any] = {
         "v": _FINGERPRINT_VERSION,
         "content": prompt.content,
         "messages": None if prompt.messages is None else [[m.type, m.content] for m in prompt.messages],
@@ -119,8 +114,35 @@ def fingerprint(prompt: TaskPrompt) -> str:
         "max_tokens": prompt.max_tokens,
         "stop": None if prompt.stop is None else list(prompt.stop),
     }
+    read = _settings_read(prompt, Settings.of(settings))
+    if read:
+        payload["settings"] = read
     encoded = json.dumps(payload, sort_keys=True, ensure_ascii=False, separators=(",", ":"))
     return hashlib.sha256(encoded.encode("utf-8")).hexdigest()[:16]
+
+
+def _settings_read(prompt: TaskPrompt, settings: Settings) -> list[list[Any]]:
+    """``[name, value]`` for each setting the prompt's templates read (``[name]`` if undefined)."""
+    texts = [prompt.content] if prompt.content is not None else [m.content for m in prompt.messages or ()]
+    names: set[str] = set()
+    for text in texts:
+        try:
+            names.update(compile_template(text).names)
+        except ValueError:  # not a template guardcache renders (refused when the config loads)
+            continue
+    return [
+        [name, _encode(settings[name])] if name in settings else [name]
+        for name in sorted(names & jinja.KNOWN_SETTINGS.keys())
+    ]
+
+
+def _encode(value: Any) -> Any:
+    """Frozen setting data as JSON that keeps what rendering sees: mapping order and list vs map."""
+    if isinstance(value, Mapping):
+        return {"map": [[key, _encode(item)] for key, item in value.items()]}
+    if isinstance(value, tuple):
+        return {"list": [_encode(item) for item in value]}
+    return value
 
 
 def _clip(text: str, limit: int = 40) -> str:

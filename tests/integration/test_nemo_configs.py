@@ -220,3 +220,24 @@ async def test_multilingual_refusals_answer_in_the_users_language(text: str, ref
         assert await rails.generate_async(text) == refusal
         assert await rails.generate_async("Hola, ¿qué tal?") != refusal  # allowed turns: the model's answer
         await rails.aclose()
+
+
+@pytest.mark.parametrize("reasoning", [False, True])
+async def test_a_reasoning_guard_switches_its_trace_by_setting_and_caches_per_setting(
+    reasoning: bool,
+) -> None:
+    folder = Path(__file__).parent / "configs" / "content_safety_reasoning"
+    text = (folder / "config.yml").read_text().replace("enabled: false", f"enabled: {str(reasoning).lower()}")
+    config = RailsConfig.from_content(text, prompts=(folder / "prompts.yml").read_text())
+    async with emulated(config, time_scale=0) as (config, servers):
+        rails = LLMRails(config)
+        assert await rails.generate_async(UNSAFE) == REFUSAL
+        assert await rails.generate_async(SAFE) != REFUSAL
+        assert await rails.generate_async(UNSAFE) == REFUSAL
+        assert rails.explain().checks.input[0].from_cache
+        guard = servers["content_safety_reasoning"]
+        completion_tokens = guard.stats().completion_tokens
+        assert guard.stats().requests_total == 3  # unsafe, safe in and out; the repeat from the cache
+        # With reasoning on, the model writes a <think> trace first: far more completion tokens.
+        assert (completion_tokens > 60) is reasoning
+        await rails.aclose()

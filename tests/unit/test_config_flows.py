@@ -64,13 +64,8 @@ def test_rail_group_parses_its_flows() -> None:
 
 def test_the_known_flows_declare_their_prompt_variables() -> None:
     assert set(KNOWN_FLOWS) >= {"content safety check input", "content safety check output"}
-    # The turn's texts, plus the read-only settings a template may use (NeMo's reasoning switch).
-    assert prompt_variables()["content_safety_check_input"] == {"user_input", "reasoning_enabled"}
-    assert prompt_variables()["content_safety_check_output"] == {
-        "user_input",
-        "bot_response",
-        "reasoning_enabled",
-    }
+    assert prompt_variables()["content_safety_check_input"] == {"user_input"}
+    assert prompt_variables()["content_safety_check_output"] == {"user_input", "bot_response"}
     assert prompt_variables()["topic_safety_check_input"] == {"user_input", "history"}
     assert prompt_variables()["self_check_input"] == {"user_input"}
 

@@ -1,4 +1,5 @@
-"""Rendering: single-pass ``{{ name }}`` substitution, template checks, static prefix, fingerprint."""
+"""Rendering: single-pass substitution, template checks, static prefix, fingerprint (see also
+test_prompts_jinja.py for Jinja syntax, the sandbox and settings)."""
 
 from __future__ import annotations
 
@@ -48,7 +49,7 @@ def test_render_is_prefix_plus_values_verbatim(user: str, bot: str) -> None:
 
 def test_unused_variables_are_ignored_and_a_missing_one_raises() -> None:
     assert render("{{ user_input }}", {"user_input": "a", "bot_response": "b"}) == "a"
-    with pytest.raises(KeyError, match=r"no value for placeholder \{\{ bot_response \}\}"):
+    with pytest.raises(KeyError, match=r"no value for variable \{\{ bot_response \}\}"):
         render(OUTPUT_TEMPLATE, {"user_input": "a"})
 
 
@@ -63,18 +64,29 @@ def test_static_prefix_is_the_text_before_the_first_placeholder() -> None:
     assert static_prefix("{{x}} after") == ""
 
 
+SETTINGS = "settings: categories, excluded_category_keys, reasoning_enabled"
+
+
 @pytest.mark.parametrize(
     ("template", "problem"),
     [
-        ("{{ user_inptu }}", "unknown placeholder {{ user_inptu }} (this task can use: user_input)"),
-        ("{{ bot_response }}", "unknown placeholder {{ bot_response }} (this task can use: user_input)"),
+        (
+            "{{ user_inptu }}",
+            "unknown variable 'user_inptu' on line 1; did you mean 'user_input'? "
+            f"(this task can use: user_input; {SETTINGS})",
+        ),
+        ("{{ bot_response }}", "unknown variable 'bot_response' on line 1 (this task can use: user_input; "),
         (
             "{{ history | colang }}",
-            "unsupported template syntax '{{ history | colang }}': only {{ name }} placeholders "
-            "are supported (this task can use: user_input)",
+            "filter 'colang' on line 1 is a NeMo Guardrails dialog filter (it formats a Colang "
+            "conversation history): guard checks have no dialog history",
         ),
-        ("{% if x %}y{% endif %}", "unsupported template syntax '{% if x %}'"),
-        ("hello {{ user_input", "an opening '{{' or '{%' is never closed"),
+        ("{% if x %}y{% endif %}", "unknown variable 'x' on line 1 (this task can use"),
+        (
+            "hello\n{{ user_input",
+            "template syntax error on line 2: unexpected end of template, expected 'end of print statement'",
+        ),
+        ("{% if user_input %}", "template syntax error on line 1: Unexpected end of template."),
     ],
 )
 def test_template_problems_are_found(template: str, problem: str) -> None:
@@ -145,5 +157,5 @@ def test_render_messages_of_content_and_message_prompts() -> None:
         {"role": "user", "content": "hi"},
     ]
     expression = prompt(content=None, messages=["{{ history | to_chat_messages }}"])
-    with pytest.raises(ValueError, match="needs Jinja"):
+    with pytest.raises(ValueError, match=r"message expression .* is not supported"):
         render_messages(expression, {})

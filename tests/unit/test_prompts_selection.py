@@ -98,17 +98,21 @@ def test_the_models_filter_prefers_the_most_specific_prompt() -> None:
     [
         (
             "Check {{ user_inptu }}",
-            "<prompts>: prompts[0].content: unknown placeholder {{ user_inptu }} "
-            "(this task can use: reasoning_enabled, user_input)",
+            "<prompts>: prompts[0].content: unknown variable 'user_inptu' on line 1; "
+            "did you mean 'user_input'? (this task can use: user_input; settings: ",
         ),
         (
-            "Check {{ user_input }} {{ bot_response }}",
-            "<prompts>: prompts[0].content: unknown placeholder {{ bot_response }} "
-            "(this task can use: reasoning_enabled, user_input)",
+            "Check {{ user_input }}\n{{ bot_response }}",
+            "<prompts>: prompts[0].content: unknown variable 'bot_response' on line 2 "
+            "(this task can use: user_input; settings: ",
         ),
         (
-            "Check {{ user_input | upper }}",
-            "<prompts>: prompts[0].content: unsupported template syntax '{{ user_input | upper }}'",
+            "Check {{ user_input | uper }}",
+            "<prompts>: prompts[0].content: unknown filter 'uper' on line 1; did you mean 'upper'?",
+        ),
+        (
+            "Check {% for x in user_input %}",
+            "<prompts>: prompts[0].content: template syntax error on line 1: Unexpected end of template",
         ),
     ],
 )
@@ -143,7 +147,9 @@ prompts:
     messages = config.prompt_for("content_safety_check_input", "content_safety").messages
     assert messages is not None and [m.type for m in messages] == ["system", "user"]
     bad = prompts.replace('"{{ user_input }}"', '"{{ bot_response }}"')
-    with pytest.raises(ConfigError, match=r"prompts\[0\]\.messages\[1\]\.content: unknown placeholder"):
+    with pytest.raises(
+        ConfigError, match=r"prompts\[0\]\.messages\[1\]\.content: unknown variable 'bot_response'"
+    ):
         RailsConfig.from_content(CONFIG, prompts=bad)
 
 

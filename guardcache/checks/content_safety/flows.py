@@ -2,8 +2,8 @@
 
 The prompt (shipped byte-exact in ``guardcache/prompts/content_safety.yml``, or the user's, e.g. a
 Llama Guard or ShieldGemma prompt naming ``output_parser: is_content_safe``) is rendered and sent as
-it is; temperature ~0 as NeMo's action. ``reasoning_enabled`` (``rails.config.content_safety
-.reasoning.enabled``) is a setting templates may read (Nemotron's ``/think`` switch).
+it is; temperature ~0 as NeMo's action. Templates may read ``reasoning_enabled``
+(``rails.config.content_safety.reasoning.enabled``: Nemotron's ``/think`` switch).
 """
 
 from __future__ import annotations
@@ -21,7 +21,6 @@ INPUT = register_flow(
         required_args=("model",),
         prompt_task="content_safety_check_input",
         variables=("user_input",),
-        settings=("reasoning_enabled",),
         default_parser="nemoguard_parse_prompt_safety",
         params=_PARAMS,
     )
@@ -33,7 +32,6 @@ OUTPUT = register_flow(
         required_args=("model",),
         prompt_task="content_safety_check_output",
         variables=("user_input", "bot_response"),
-        settings=("reasoning_enabled",),
         default_parser="nemoguard_parse_response_safety",
         params=_PARAMS,
     )
