@@ -1,9 +1,11 @@
 """Cache counters as a value object, the stats log line, and the one reporter thread per process.
 
 Counting happens under the cache's lock (a few integer increments); formatting and logging happen
-outside it, from a snapshot. Periodic reporting is done by ONE daemon thread for all caches of the
-process, holding only weak references, so a cache with an interval costs no thread and a cache that is
-closed or garbage-collected simply drops out of the schedule.
+outside it, from a snapshot. A cache given a :class:`StatsReporter` is reported by that reporter's ONE
+daemon thread (shared by all such caches of the process, holding only weak references), so a cache
+with an interval costs no thread and a cache that is closed or garbage-collected simply drops out of
+the schedule. (An LFUCache with an interval and no reporter logs on access instead, as NeMo
+Guardrails' does: see :class:`~guardcache.cache.lfu.LFUCache`.)
 """
 
 from __future__ import annotations
@@ -15,31 +17,112 @@ import threading
 import time
 import weakref
 from collections.abc import Callable
-from dataclasses import asdict, dataclass
-from typing import Any, Protocol
+from typing import Any, NoReturn, Protocol, cast
 
 log = logging.getLogger("guardcache.cache.lfu")
+
+#: The stats line is ``LINE_FORMAT % stats.format_body()``; logged with that format and argument, so a
+#: handler (or a test patching ``log.info``) sees the fields apart, as in NeMo Guardrails' own call.
+LINE_FORMAT = "LFU Cache Statistics - %s"
 
 _COUNTERS = ("hits", "misses", "evictions", "puts", "updates", "coalesced")
 
 
-@dataclass(frozen=True, slots=True)
-class CacheStats:
-    """A snapshot of one cache's counters.
+def _read_only(*_: Any, **__: Any) -> NoReturn:
+    raise TypeError("CacheStats is a read-only snapshot; dict(stats) gives a copy you can change")
+
+
+def _rebuild(data: dict[str, Any]) -> CacheStats:
+    """Unpickling and copying (the mutators are closed, so the default protocol cannot refill it)."""
+    stats = CacheStats.__new__(CacheStats)
+    dict.update(stats, data)
+    return stats
+
+
+class CacheStats(dict[str, Any]):
+    """A snapshot of one cache's counters: a read-only dict whose keys are also attributes.
+
+    The keys are ``hits``, ``misses``, ``evictions``, ``puts``, ``updates``, ``coalesced``,
+    ``current_size``, ``maxsize``, and the derived ``hit_rate`` and ``capacity`` (NeMo Guardrails'
+    name for maxsize), so code written for NeMo's dict-valued ``get_stats()`` reads it unchanged
+    (``stats["hits"]``, ``isinstance(stats, dict)``, ``json.dumps(stats)``) and guardcache code reads
+    ``stats.hits``. ``lookups`` is an attribute only.
 
     ``coalesced`` counts askers that joined an in-flight computation; they are also counted as hits,
     because they were served without a backend call of their own. Subtracting two snapshots gives the
-    activity between them (sizes are taken from the newer one).
+    activity between them (sizes are taken from the newer one); adding two sums them. Snapshots are
+    values: equal when their items are, hashable, and closed to item assignment.
     """
 
-    hits: int = 0
-    misses: int = 0
-    evictions: int = 0
-    puts: int = 0
-    updates: int = 0
-    coalesced: int = 0
-    current_size: int = 0
-    maxsize: int = 0
+    __slots__ = ()
+
+    def __init__(
+        self,
+        hits: int = 0,
+        misses: int = 0,
+        evictions: int = 0,
+        puts: int = 0,
+        updates: int = 0,
+        coalesced: int = 0,
+        current_size: int = 0,
+        maxsize: int = 0,
+    ) -> None:
+        total = hits + misses
+        super().__init__(
+            hits=hits,
+            misses=misses,
+            evictions=evictions,
+            puts=puts,
+            updates=updates,
+            coalesced=coalesced,
+            current_size=current_size,
+            maxsize=maxsize,
+            hit_rate=hits / total if total else 0.0,
+            capacity=maxsize,
+        )
+
+    @classmethod
+    def unsupported(cls, message: str) -> CacheStats:
+        """NeMo's answer of a cache that keeps no counters: ``{"message": ...}`` alone (the
+        attributes then read 0)."""
+        stats = cls.__new__(cls)
+        dict.update(stats, message=message)
+        return stats
+
+    def _count(self, name: str) -> int:
+        return cast(int, self.get(name, 0))
+
+    @property
+    def hits(self) -> int:
+        return self._count("hits")
+
+    @property
+    def misses(self) -> int:
+        return self._count("misses")
+
+    @property
+    def evictions(self) -> int:
+        return self._count("evictions")
+
+    @property
+    def puts(self) -> int:
+        return self._count("puts")
+
+    @property
+    def updates(self) -> int:
+        return self._count("updates")
+
+    @property
+    def coalesced(self) -> int:
+        return self._count("coalesced")
+
+    @property
+    def current_size(self) -> int:
+        return self._count("current_size")
+
+    @property
+    def maxsize(self) -> int:
+        return self._count("maxsize")
 
     @property
     def lookups(self) -> int:
@@ -64,23 +147,38 @@ class CacheStats:
         )
 
     def as_dict(self) -> dict[str, Any]:
-        """The counters plus ``hit_rate`` and ``capacity`` (NeMo Guardrails' name for maxsize)."""
-        data = asdict(self)
-        data["hit_rate"] = self.hit_rate
-        data["capacity"] = self.maxsize
-        return data
+        """A plain, changeable copy: the counters plus ``hit_rate`` and ``capacity``."""
+        return dict(self)
 
-    def __getitem__(self, name: str) -> Any:
-        """``stats["hits"]`` works as with NeMo Guardrails' dict-valued ``get_stats()``."""
-        return self.as_dict()[name]
+    # A value: no item assignment (attributes have no setters either).
+    __setitem__ = __delitem__ = clear = pop = popitem = setdefault = update = __ior__ = _read_only
 
-    def format_line(self) -> str:
-        """The stats log line, in the exact form operators grep for."""
+    def __hash__(self) -> int:  # type: ignore[override]
+        return hash(frozenset(self.items()))
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (_rebuild, (dict(self),))
+
+    def __copy__(self) -> CacheStats:
+        return self
+
+    def __deepcopy__(self, memo: dict[int, Any]) -> CacheStats:
+        return self
+
+    def __repr__(self) -> str:
+        return f"CacheStats({', '.join(f'{k}={v!r}' for k, v in self.items())})"
+
+    def format_body(self) -> str:
+        """The fields of the stats line, after its ``LFU Cache Statistics - `` prefix."""
         return (
-            f"LFU Cache Statistics - Size: {self.current_size}/{self.maxsize} | "
+            f"Size: {self.current_size}/{self.maxsize} | "
             f"Hits: {self.hits} | Misses: {self.misses} | Hit Rate: {self.hit_rate:.2%} | "
             f"Evictions: {self.evictions} | Puts: {self.puts} | Updates: {self.updates}"
         )
+
+    def format_line(self) -> str:
+        """The stats log line, in the exact form operators grep for."""
+        return LINE_FORMAT % self.format_body()
 
 
 class Reportable(Protocol):
@@ -177,4 +275,4 @@ def default_reporter() -> StatsReporter:
         return _default_reporter
 
 
-__all__ = ["CacheStats", "StatsReporter", "default_reporter"]
+__all__ = ["LINE_FORMAT", "CacheStats", "StatsReporter", "default_reporter"]
