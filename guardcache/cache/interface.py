@@ -7,6 +7,7 @@ and values are opaque objects.
 
 from __future__ import annotations
 
+import inspect
 from abc import ABC, abstractmethod
 from collections.abc import Awaitable, Callable, Hashable
 from typing import Any
@@ -19,8 +20,20 @@ MISSING: Any = type("_Missing", (), {"__repr__": lambda self: "MISSING"})()
 ComputeFn = Callable[[], Awaitable[Any] | Any]
 
 
+_ABSENT: Any = object()  # the default implementations' own "not stored" marker
+
+#: What :meth:`CacheInterface.get_stats` answers for a store that keeps no counters (NeMo's words).
+NO_STATS_MESSAGE = "Statistics tracking is not supported by this cache implementation"
+
+
 class CacheInterface(ABC):
-    """A bounded key -> value store with stats and single-flight loading."""
+    """A bounded key -> value store with stats and single-flight loading.
+
+    As in NeMo Guardrails' ``CacheInterface``, a store must implement ``get``, ``put``, ``size``,
+    ``clear`` and ``maxsize``; everything else has a default it may override. A store is always
+    truthy, also when empty (NeMo's actions test ``if cache:`` before using one): ask
+    :meth:`is_empty` or :meth:`size` for the contents.
+    """
 
     @abstractmethod
     def get(self, key: Hashable, default: Any = None) -> Any:
@@ -30,9 +43,12 @@ class CacheInterface(ABC):
     def put(self, key: Hashable, value: Any) -> None:
         """Store ``value``; an existing key is replaced (an update), a new one may evict another."""
 
-    @abstractmethod
     def contains(self, key: Hashable) -> bool:
-        """Whether ``key`` is stored, without counting an access or touching the stats."""
+        """Whether ``key`` is stored, without counting an access or touching the stats.
+
+        The default asks :meth:`get`, so it does count; stores override it (LFUCache does).
+        """
+        return self.get(key, _ABSENT) is not _ABSENT
 
     @abstractmethod
     def size(self) -> int:
@@ -41,6 +57,10 @@ class CacheInterface(ABC):
     def is_empty(self) -> bool:
         """Whether nothing is stored."""
         return self.size() == 0
+
+    def __bool__(self) -> bool:
+        """Always True: a store is "there" even when empty (``if cache:`` means "caching is on")."""
+        return True
 
     @abstractmethod
     def clear(self) -> None:
@@ -51,29 +71,46 @@ class CacheInterface(ABC):
     def maxsize(self) -> int:
         """The most entries the store keeps."""
 
-    @abstractmethod
     def get_stats(self) -> CacheStats:
-        """A snapshot of the counters: a value you can keep, compare and subtract."""
+        """A snapshot of the counters: a value you can keep, compare and subtract.
 
-    @abstractmethod
-    def reset_stats(self) -> None:
-        """Zero the counters (the entries stay)."""
+        The default is for stores that count nothing: ``{"message": NO_STATS_MESSAGE}`` (its
+        attributes read 0).
+        """
+        return CacheStats.unsupported(NO_STATS_MESSAGE)
 
-    @abstractmethod
-    def log_stats_now(self) -> None:
-        """Write the stats line to the log at once."""
+    def reset_stats(self) -> None:  # noqa: B027 (optional: a no-op by default, as in NeMo)
+        """Zero the counters (the entries stay). The default does nothing."""
 
-    @abstractmethod
+    def log_stats_now(self) -> None:  # noqa: B027 (optional: a no-op by default, as in NeMo)
+        """Write the stats line to the log at once. The default does nothing."""
+
     def supports_stats_logging(self) -> bool:
-        """Whether this store writes the stats line periodically."""
+        """Whether this store writes the stats line periodically. The default: False."""
+        return False
 
-    @abstractmethod
     async def get_or_compute(self, key: Hashable, compute_fn: ComputeFn, default: Any = MISSING) -> Any:
         """The stored value, or the result of ONE ``compute_fn()`` shared by all concurrent askers.
 
         A result is stored only when the computation succeeds. If it raises, every asker gets the
         exception, or ``default`` when one was given.
+
+        The default implementation is get, compute, put: correct, but concurrent askers of one key
+        each compute (no single flight). Stores override it (LFUCache and TieredCache do).
         """
+        value = self.get(key, _ABSENT)
+        if value is not _ABSENT:
+            return value
+        try:
+            value = compute_fn()
+            if inspect.isawaitable(value):
+                value = await value
+        except Exception:
+            if default is MISSING:
+                raise
+            return default
+        self.put(key, value)
+        return value
 
 
-__all__ = ["MISSING", "CacheInterface", "ComputeFn"]
+__all__ = ["MISSING", "NO_STATS_MESSAGE", "CacheInterface", "ComputeFn"]
