@@ -7,16 +7,18 @@ One ``threading.RLock`` per cache guards everything; only list and dict updates 
 
 from __future__ import annotations
 
+import math
 import threading
+import time
 import weakref
 from collections.abc import Callable, Hashable
 from dataclasses import dataclass
 from typing import Any
 
 from guardcache.cache.interface import MISSING, CacheInterface, ComputeFn
-from guardcache.cache.lfu_core import Structure, hot_paths, wall_time
+from guardcache.cache.lfu_core import LineClock, Structure, hot_paths, wall_time, with_line_check
 from guardcache.cache.singleflight import SingleFlight
-from guardcache.cache.stats import CacheStats, StatsReporter, default_reporter, log
+from guardcache.cache.stats import LINE_FORMAT, CacheStats, StatsReporter, log
 
 
 @dataclass(frozen=True, slots=True)
@@ -39,9 +41,18 @@ class LFUCache(CacheInterface):
     - ``put`` of an existing key replaces the value, counts as an update, and keeps the entry.
     - ``maxsize == 0`` stores nothing; ``maxsize < 0`` is a ``ValueError``.
     - Counters are always kept (a few integer increments under the lock). ``track_stats`` turns
-      on reporting: with ``stats_logging_interval`` the stats line is logged every interval by the
-      process's one reporter thread, also while the cache is idle, until :meth:`close` or garbage
-      collection.
+      on reporting: :meth:`log_stats_now` writes the stats line only then, as in NeMo Guardrails.
+    - With ``track_stats`` and ``stats_logging_interval`` the line is written periodically, until
+      :meth:`close` or garbage collection, in one of two ways:
+
+      - by default, as NeMo Guardrails' cache does: the first ``get``/``put``/``get_or_compute``
+        at least ``stats_logging_interval`` seconds (wall clock) after the last line writes it,
+        before doing its own work (outside the lock). An idle cache writes nothing. Such a cache's
+        ``get``/``put`` read the clock on each call; caches without an interval do not.
+      - with ``reporter`` (e.g. :func:`~guardcache.cache.stats.default_reporter`, the process's
+        one daemon thread): every interval from that thread, also while the cache is idle, and
+        nothing on the request path.
+    - The cache is truthy even when empty (``len()`` is the number of entries).
     """
 
     def __init__(
@@ -75,10 +86,17 @@ class LFUCache(CacheInterface):
         )
         self._reporter: StatsReporter | None = None
         self._report_handle: int | None = None
+        self._line_clock: LineClock | None = None
         if track_stats and stats_logging_interval is not None:
-            self._reporter = reporter or default_reporter()
-            self._report_handle = self._reporter.register(self, stats_logging_interval)
-            weakref.finalize(self, self._reporter.unregister, self._report_handle)
+            if reporter is not None:
+                self._reporter = reporter
+                self._report_handle = reporter.register(self, stats_logging_interval)
+                weakref.finalize(self, reporter.unregister, self._report_handle)
+            else:  # on access: get/put check the clock first (the single flight keeps the bare put)
+                self._line_clock = LineClock(stats_logging_interval)
+                self.get, self.put = with_line_check(  # type: ignore[method-assign, assignment]
+                    self.get, self.put, self._line_clock, self._line_due
+                )
 
     # -- the public face -------------------------------------------------------------------------
 
@@ -117,6 +135,9 @@ class LFUCache(CacheInterface):
 
     def __len__(self) -> int:
         return len(self._s.index)
+
+    def __bool__(self) -> bool:  # not len(): NeMo's actions test ``if cache:`` on an empty cache
+        return True
 
     def is_empty(self) -> bool:
         return not self._s.index
@@ -167,17 +188,48 @@ class LFUCache(CacheInterface):
         )
 
     def log_stats_now(self) -> None:
-        line = self.get_stats().format_line()  # snapshot under the lock, log outside it
-        log.info(line)
+        """Write the stats line now if ``track_stats`` is on (else nothing, as in NeMo Guardrails);
+        a cache that logs on access counts its next interval from here."""
+        if not self.track_stats:
+            return
+        stats = self.get_stats()  # snapshot under the lock, log outside it
+        if self._line_clock is not None:
+            self._line_clock.last = time.time()
+        log.info(LINE_FORMAT, stats.format_body())
 
     def supports_stats_logging(self) -> bool:
         return self.track_stats and self.stats_logging_interval is not None
+
+    def _line_due(self, now: float) -> None:
+        """A call found the line due (``now`` is its ``time.time()``): write it, once."""
+        clock = self._line_clock
+        if clock is None:
+            return
+        with self._lock:
+            elapsed = now - clock.last
+            if elapsed < 0.0:  # the clock went back: the interval starts again from now
+                clock.last = now
+                return
+            if elapsed < clock.interval:  # another thread wrote it meanwhile
+                return
+            clock.last = now
+            stats = self.get_stats()
+        log.info(LINE_FORMAT, stats.format_body())
+
+    def _check_line(self) -> None:
+        clock = self._line_clock
+        if clock is not None:
+            now = time.time()
+            if not 0.0 <= now - clock.last < clock.interval:
+                self._line_due(now)
 
     def close(self) -> None:
         """Stop periodic reporting (entries and stats stay readable)."""
         if self._reporter is not None and self._report_handle is not None:
             self._reporter.unregister(self._report_handle)
             self._report_handle = None
+        if self._line_clock is not None:
+            self._line_clock.interval = math.inf
 
     # -- loading (single flight; these hooks run under the lock) ---------------------------------
 
@@ -198,12 +250,14 @@ class LFUCache(CacheInterface):
         self._coalesced += 1
 
     async def get_or_compute(self, key: Hashable, compute_fn: ComputeFn, default: Any = MISSING) -> Any:
+        self._check_line()
         return await self._flight.get_or_compute(key, compute_fn, default)
 
     def get_or_compute_sync(
         self, key: Hashable, compute_fn: Callable[[], Any], default: Any = MISSING
     ) -> Any:
         """Like :meth:`get_or_compute`, for threads: blocks until the shared result is ready."""
+        self._check_line()
         return self._flight.get_or_compute_sync(key, compute_fn, default)
 
     def in_flight(self) -> int:

@@ -269,4 +269,44 @@ def hot_paths(
     return get, put if maxsize else put_nothing, counters
 
 
-__all__ = ["Counters", "Structure", "hot_paths", "wall_time"]
+class LineClock:
+    """When a cache that logs on access last wrote its stats line (``time.time()`` seconds)."""
+
+    __slots__ = ("interval", "last")
+
+    def __init__(self, interval: float) -> None:
+        self.interval = interval
+        self.last = time.time()
+
+
+def with_line_check(
+    get: Callable[[Hashable, Any], Any],
+    put: Callable[[Hashable, Any], None],
+    clock: LineClock,
+    due: Callable[[float], None],
+) -> tuple[Callable[[Hashable, Any], Any], Callable[[Hashable, Any], None]]:
+    """``get`` and ``put`` that first call ``due(now)`` once ``clock.interval`` has passed since
+    ``clock.last`` (or the clock went back), as NeMo Guardrails' cache does on every call.
+
+    Only caches that log on access get these (~one clock read and a frame more per call); the others
+    keep the bare closures. ``time.time`` is looked up on each call, not bound here, so that a test's
+    ``patch("time.time")`` drives the schedule as it does NeMo's.
+    """
+    wall = time
+
+    def checked_get(key: Hashable, default: Any = None) -> Any:
+        now = wall.time()
+        if not 0.0 <= now - clock.last < clock.interval:
+            due(now)
+        return get(key, default)
+
+    def checked_put(key: Hashable, value: Any) -> None:
+        now = wall.time()
+        if not 0.0 <= now - clock.last < clock.interval:
+            due(now)
+        put(key, value)
+
+    return checked_get, checked_put
+
+
+__all__ = ["Counters", "LineClock", "Structure", "hot_paths", "wall_time", "with_line_check"]
