@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from guardcache.cache import CacheInterface, LFUCache
+from guardcache.cache import CacheInterface, LFUCache, default_reporter
 from guardcache.config.models import ModelConfig
 from guardcache.errors import ConfigError
 
@@ -27,7 +27,12 @@ def build_cache(model: ModelConfig) -> CacheInterface | None:
         return None
     interval = cfg.stats.log_interval if cfg.stats.enabled else None
     if cfg.store == "memory":
-        return LFUCache(cfg.maxsize, track_stats=cfg.stats.enabled, stats_logging_interval=interval)
+        # The process's reporter thread writes the line on time, also while the cache is idle (a
+        # cache without one writes it on its first access after the interval, as NeMo's does).
+        reporter = default_reporter() if interval is not None else None
+        return LFUCache(
+            cfg.maxsize, track_stats=cfg.stats.enabled, stats_logging_interval=interval, reporter=reporter
+        )
     try:
         from guardcache.cache.redis import build_tiered_cache, model_scope
         from guardcache.checks import codec
