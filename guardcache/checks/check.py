@@ -37,12 +37,10 @@ from guardcache.errors import InputRejectedError, ParseError
 from guardcache.flows import DEFAULT_MAX_INPUT_CHARS, FlowSpec
 from guardcache.llm.client import ChatClient
 from guardcache.llm.stats import LLMCallInfo, record_call
+from guardcache.llm.transport import split_parameters
 from guardcache.llm.types import Usage
 from guardcache.prompts import TaskPrompt, fingerprint, render_messages
 from guardcache.prompts.jinja import Settings
-
-#: Model parameters that configure the transport, not the generation (so not part of the namespace).
-TRANSPORT_PARAMS = frozenset({"base_url", "openai_api_base", "timeout", "max_retries", "default_headers"})
 
 #: Texts a warm-up request renders the templates around (neutral, so the answers do not matter).
 WARM_UP_TEXTS: Mapping[str, Any] = {
@@ -70,7 +68,7 @@ class Check(Protocol):
 
     task: str
 
-    async def run(self, variables: Mapping[str, Any]) -> CheckOutcome: ...
+    async def run(self, variables: Mapping[str, Any], deadline: float | None = None) -> CheckOutcome: ...
 
     async def prime(self) -> None: ...
 
@@ -161,7 +159,7 @@ class LLMCheck:
         settings: Mapping[str, Any] | None = None,
         max_input_chars: int = DEFAULT_MAX_INPUT_CHARS,
     ) -> None:
-        generation = {k: v for k, v in (params or {}).items() if k not in TRANSPORT_PARAMS}
+        _, generation = split_parameters(params or {})  # transport settings are the client's
         self.params: dict[str, Any] = {**spec.params, **generation}
         if prompt.max_tokens is not None:
             self.params["max_tokens"] = prompt.max_tokens
@@ -189,23 +187,25 @@ class LLMCheck:
         """The cache key of normalized texts: the namespace fixes everything else the model sees."""
         return digest(self.namespace, key_fields(texts, self.texts.names))
 
-    async def _call(self, texts: Mapping[str, Any]) -> CachedCheck:
-        result = await self.client.complete(self.messages(texts), **self.params)
+    async def _call(self, texts: Mapping[str, Any], deadline: float | None) -> CachedCheck:
+        result = await self.client.complete(self.messages(texts), deadline=deadline, **self.params)
         try:
             verdict = self.parser(result.content)
         except ParseError as exc:
             raise Unreadable(str(exc), result.usage) from None
         return CachedCheck(verdict, result.usage)
 
-    async def run(self, variables: Mapping[str, Any]) -> CheckOutcome:
+    async def run(self, variables: Mapping[str, Any], deadline: float | None = None) -> CheckOutcome:
         """Decide; records the call (or its cached stand-in) in the current request's stats.
 
-        Raises ``InputRejectedError`` for a text that cannot be judged, ``BackendError`` when the
-        backend gave no answer; an unreadable answer is a blocking outcome with ``error`` set.
+        ``deadline`` (a ``time.monotonic()`` value) bounds a backend call, with the client's own
+        per-check budget; askers joining another's call wait on that call's deadline. Raises
+        ``InputRejectedError`` for a text that cannot be judged, ``BackendError`` when the backend
+        gave no answer; an unreadable answer is a blocking outcome with ``error`` set.
         """
         texts = self.texts.read(variables)
         key = self.key(texts)
-        return await run_cached(self.task, self.cache, key, lambda: self._call(texts))
+        return await run_cached(self.task, self.cache, key, lambda: self._call(texts, deadline))
 
     async def prime(self) -> None:
         """One uncached request around neutral texts: the server computes the static prefix."""
@@ -237,7 +237,6 @@ async def run_cached(
 
 
 __all__ = [
-    "TRANSPORT_PARAMS",
     "Check",
     "CheckOutcome",
     "LLMCheck",

@@ -24,6 +24,7 @@ from pydantic import (
 
 from guardcache.config.errors import FieldError, Problem, show
 from guardcache.errors import ConfigError
+from guardcache.llm.transport import split_parameters, validate_base_url
 from guardcache.prompts.templates import PositiveInt, reject_bool
 
 Engine = Literal["nim", "nvidia_ai_endpoints", "openai", "vllm_openai"]
@@ -65,17 +66,27 @@ EnvVarName = Annotated[str, AfterValidator(_check_env_name)]
 
 
 def _parameter_problems(params: dict[str, Any]) -> list[Problem]:
-    """Checks of the ``parameters`` guardcache itself reads; the rest pass through to the client."""
+    """Checks of the ``parameters`` guardcache itself reads; the rest pass through to the model.
+
+    The transport settings (URL, timeout, retries, headers) are read by the client's own
+    ``split_parameters`` / ``validate_base_url``, the one place that knows them; here their errors
+    are only placed at the field.
+    """
     problems: list[Problem] = []
     for key in ("base_url", "openai_api_base"):
-        url = params.get(key)
-        if key in params and not (isinstance(url, str) and url.startswith(("http://", "https://"))):
-            problems.append(
-                ((key,), f"expected an http(s) URL such as http://localhost:8000/v1 (got {url!r})")
-            )
+        if key in params:
+            try:
+                validate_base_url(params[key], field_name=key)
+            except ConfigError as exc:
+                problems.append(((key,), str(exc).removeprefix(f"{key}: ")))
+    others = {k: v for k, v in params.items() if k not in ("base_url", "openai_api_base")}
+    try:
+        split_parameters(others)
+    except ConfigError as exc:
+        key, _, message = str(exc).removeprefix("parameters.").partition(": ")
+        problems.append(((key,), message))
     # key -> (accepted types, lowest allowed value, whether the lowest is allowed, description)
     checks: dict[str, tuple[tuple[type, ...], float, bool, str]] = {
-        "timeout": ((int, float), 0, False, "a number > 0"),
         "max_tokens": ((int,), 0, False, "a whole number > 0"),
         "temperature": ((int, float), 0, True, "a number >= 0"),
     }

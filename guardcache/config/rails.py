@@ -30,6 +30,7 @@ from guardcache.config.files import MergedSources, load_path, parse_mapping, par
 from guardcache.config.models import (
     STRICT,
     ModelConfig,
+    PositiveFloat,
     null_is_empty,
 )
 from guardcache.config.nemo_compat import strip_unused_nemo_keys
@@ -50,8 +51,9 @@ JAILBREAK_KEY = "jailbreak_detection"
 class RailGroup(BaseModel):
     """The checks of one direction (input or output) and how they run.
 
-    ``on_error`` decides what a check that could not get a verdict (backend down, unparseable answer)
-    means: ``block`` (fail closed, the default) or ``allow``.
+    ``on_error`` decides what a check whose backend gave no answer (down, timed out, overloaded)
+    means: ``block`` (fail closed, the default) or ``allow``. An input that cannot be judged and an
+    answer that is no verdict always block. ``timeout`` bounds the group's checks together.
     """
 
     model_config = STRICT
@@ -61,6 +63,9 @@ class RailGroup(BaseModel):
     )
     parallel: bool = False
     on_error: Literal["block", "allow"] = "block"
+    # Seconds all checks of this group may take together on a turn (backend calls, retries and
+    # waits included); None: each check's own timeout only. A check past it is an outage.
+    timeout: PositiveFloat | None = None
 
     @field_validator("flows")
     @classmethod

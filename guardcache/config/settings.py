@@ -16,6 +16,8 @@ from pydantic import BaseModel, BeforeValidator, Field, field_validator, model_v
 
 from guardcache.config.errors import FieldError
 from guardcache.config.models import STRICT, EnvVarName, null_is_empty
+from guardcache.errors import ConfigError
+from guardcache.llm.transport import validate_base_url
 
 
 class JailbreakDetectionConfig(BaseModel):
@@ -46,9 +48,12 @@ class JailbreakDetectionConfig(BaseModel):
     @field_validator("nim_base_url")
     @classmethod
     def _http_url(cls, url: str | None) -> str | None:
-        if url is not None and not url.startswith(("http://", "https://")):
-            raise ValueError(f"expected an http(s) URL such as http://localhost:8000/v1 (got {url!r})")
-        return url
+        if url is None:
+            return None
+        try:
+            return validate_base_url(url, field_name="nim_base_url")
+        except ConfigError as exc:
+            raise ValueError(str(exc).removeprefix("nim_base_url: ")) from None
 
     @property
     def url(self) -> str | None:

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from guardcache.llm.client import DEFAULT_TIMEOUT, ChatClient
+from guardcache.llm.client import DEFAULT_TIMEOUT, INPUT_REJECTED_STATUSES, ChatClient
 from guardcache.llm.pool import DEFAULT_LIMITS, ClientPool, aclose_all, get_http_client
 from guardcache.llm.response import parse_usage
 from guardcache.llm.retry import RetryPolicy, parse_retry_after
@@ -20,6 +20,7 @@ from guardcache.llm.stats import (
     record_call,
     request_scope,
 )
+from guardcache.llm.transport import TRANSPORT_KEYS, TransportSettings, split_parameters, validate_base_url
 from guardcache.llm.types import ChatResult, Usage
 
 if TYPE_CHECKING:
@@ -39,6 +40,8 @@ def __getattr__(name: str) -> Any:
 __all__ = [
     "DEFAULT_LIMITS",
     "DEFAULT_TIMEOUT",
+    "INPUT_REJECTED_STATUSES",
+    "TRANSPORT_KEYS",
     "ChatClient",
     "ChatResult",
     "ClientPool",
@@ -46,6 +49,7 @@ __all__ = [
     "GuardcacheChatModel",
     "LLMCallInfo",
     "RetryPolicy",
+    "TransportSettings",
     "Usage",
     "aclose_all",
     "current",
@@ -55,5 +59,7 @@ __all__ = [
     "parse_usage",
     "record_call",
     "request_scope",
+    "split_parameters",
     "to_openai_messages",
+    "validate_base_url",
 ]

@@ -1,19 +1,30 @@
 """An async client for OpenAI-compatible chat completion servers (NIM, vLLM, llama.cpp, OpenAI).
 
 Layers you can see: :class:`ChatClient` builds the request and reads the answer; an
-``httpx.AsyncClient`` (shared per base URL and event loop, see :mod:`guardcache.llm.pool`) carries
-it; :class:`~guardcache.llm.retry.RetryPolicy` decides whether a failure is tried again. Every
-failure that survives the retries is raised as one of the typed ``BackendError`` subclasses of
-:mod:`guardcache.errors`, whose message names the URL and what to do. The client knows nothing
-of caching, prompts or rails.
+``httpx.AsyncClient`` (shared per base URL and event loop, behind a FIFO admission gate, see
+:mod:`guardcache.llm.pool`) carries it; :class:`~guardcache.llm.retry.RetryPolicy` decides whether a
+failure is tried again. Every failure that survives the retries is raised as one of the typed
+``BackendError`` subclasses of :mod:`guardcache.errors`, whose message names the URL and what to do.
+The client knows nothing of caching, prompts or rails.
 
-Nothing the user wrote is logged: prompts can hold personal data. Logs and error messages name the
-URL, the model, the status and the failure class only.
+One budget bounds a whole call. A guard check sits on the user's critical path, and a timeout that
+bounds one phase of one attempt does not bound the check: a 429 asking for 30 s, a server dripping a
+byte a second or a connect that is never accepted each held a check for 6-20 s at ``timeout: 2``.
+So ``complete()`` runs under one ``asyncio.timeout`` (queueing for a connection, every attempt,
+backoff and Retry-After waits, and slow bodies included), and a wait that could not end in time is
+not started: the call fails at once.
+
+Nothing the user wrote is logged: prompts can hold personal data, and servers quote them back in
+error bodies (a 400 "maximum context length ... you requested ..." or a 422 listing each invalid
+field with its input). Logs and error messages name the URL, the model, the status with its
+standard phrase, identifier-like error codes and the failure class only.
 """
 
 from __future__ import annotations
 
 import asyncio
+import dataclasses
+import http
 import logging
 import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
@@ -31,29 +42,54 @@ from guardcache.errors import (
     BackendStatusError,
     BackendTimeoutError,
 )
+from guardcache.llm.logs import RateLimitedLog
 from guardcache.llm.pool import (
     ClientPool,
+    Lane,
     aclose_all,
     default_pool,
     get_http_client,
-    normalize_base_url,
 )
-from guardcache.llm.response import MalformedResponse, error_detail, parse_usage, read_completion
+from guardcache.llm.response import MalformedResponse, error_summary, parse_usage, read_completion
 from guardcache.llm.retry import RETRY_AFTER_STATUSES, RetryPolicy, parse_retry_after
+from guardcache.llm.transport import TransportSettings, validate_base_url
 from guardcache.llm.types import ChatResult
 
 logger = logging.getLogger(__name__)
 
 DEFAULT_TIMEOUT = httpx.Timeout(connect=2.0, read=10.0, write=5.0, pool=5.0)
-"""Timeouts for a guard call, in seconds.
+"""Phase timeouts of a guard call, in seconds; the whole call is bounded by its read timeout (10 s).
 
 connect 2 s: a backend on the same network connects in milliseconds; 2 s waiting for a handshake
 means it is down, and failing fast lets the rail's ``on_error`` policy act. read 10 s: a verdict is
 ~10-30 output tokens (~0.1-0.2 s on a GPU, ~1.5 s on a small CPU server), so 10 s only trips on a
-stuck or badly overloaded server. write 5 s: the request is a few KB. pool 5 s: the wait for a free
-connection when ``max_connections`` calls are already in flight; a burst queues briefly instead of
-failing at once.
+stuck or badly overloaded server. write 5 s: the request is a few KB. pool: not used while a
+budget bounds the call (queueing for a connection is bounded by the budget instead); kept for a
+client built with a read timeout of None.
 """
+
+DEFAULT_CONNECT_TIMEOUT = 2.0
+"""The connect phase when the timeout is one number: a dead host fails within it, and a budget
+longer than it leaves time to retry the connect (see :data:`DEFAULT_TIMEOUT`)."""
+
+INPUT_REJECTED_STATUSES: frozenset[int] = frozenset({400, 413, 422})
+"""Statuses by which a server refuses the request for what it contains (too long for the context,
+too large, unreadable). The user controls the content, so this is an unsafe input, never an outage
+(``BackendInputRejectedError``), and never retried: the same input is refused again."""
+
+RETRY_LOG_INTERVAL = 10.0
+"""Seconds between two retry WARNING lines of one client; the lines in between are counted."""
+
+
+def phase_timeouts(total: float | None) -> httpx.Timeout:
+    """httpx phase timeouts inside a whole-call budget of ``total`` seconds (None: no limits).
+
+    The phases only classify a failure early (a connect timeout is retried, a read timeout is
+    not); the budget itself is enforced around the whole call.
+    """
+    if total is None:
+        return httpx.Timeout(None)
+    return httpx.Timeout(total, connect=min(DEFAULT_CONNECT_TIMEOUT, total), pool=None)
 
 
 @dataclass(slots=True, frozen=True)
@@ -69,24 +105,50 @@ class _Failure:
     cause: BaseException | None = None
 
 
+@dataclass(slots=True)
+class _Call:
+    """Where one ``complete()`` call stands, so that a deadline overrun can say where it hit."""
+
+    started: float
+    end: float | None  # time.monotonic() by which the call must be over; None: unbounded
+    own_budget: float | None  # the client's deadline_s when it set ``end``; None: the caller's deadline
+    attempts: int = 0
+    phase: str = "starting"
+    last: _Failure | None = None
+
+    @property
+    def budget(self) -> str:
+        """The bound in words, for messages (built only when one is written)."""
+        if self.own_budget is not None:
+            return f"this call's {self.own_budget:g} s budget (timeout)"
+        if self.end is None:
+            return "no budget"
+        return f"the caller's deadline ({self.end - self.started:.3g} s away at the start)"
+
+
 class ChatClient:
     """POSTs chat completions to one OpenAI-compatible endpoint, with retries and typed errors.
 
     Args:
         base_url: the API root, usually ending in ``/v1`` (``http://nim:8000/v1``); requests go to
-            ``{base_url}/chat/completions``.
+            ``{base_url}/chat/completions``. Checked at construction (see ``validate_base_url``).
         model: the ``model`` field of every request.
         api_key: sent as ``Authorization: Bearer ...`` when set (hosted endpoints); never logged.
         provider: a label copied into :class:`Usage` (``"nim"``, ``"vllm"``, ``"openai"``).
-        timeout: an ``httpx.Timeout``, or one number for all four phases (None: no timeout);
-            see :data:`DEFAULT_TIMEOUT`.
+        timeout: one number: seconds for the WHOLE call (a config's ``timeout: 2`` means "every
+            check within 2 s"), with phase timeouts inside it (see :func:`phase_timeouts`). An
+            ``httpx.Timeout``: the phases as given, and the whole call within its read timeout.
+            None: no limit.
+        deadline_s: the whole-call budget in seconds, when it should differ from the one the
+            timeout implies. Each call may also pass an absolute ``deadline``; the earlier wins.
         retry: when to try again; see :class:`RetryPolicy`.
         default_params: body fields added to every request (``temperature``, ``max_tokens``...);
             per-call ``params`` override them.
+        default_headers: extra headers of every request (a gateway's routing header...).
         transport: an httpx transport for a private AsyncClient (tests: ``httpx.MockTransport``).
             The client wrapping it is owned, and closed (with the transport) by :meth:`aclose`.
-        http_client: an AsyncClient to use as is; not owned, never closed here. Must belong to the
-            loop the calls run on.
+        http_client: an AsyncClient to use as is; not owned, never closed here, and without the
+            pool's admission gate. Must belong to the loop the calls run on.
         pool: where to get a shared AsyncClient when neither of the two above is given.
         sleep: the coroutine used to wait between retries (tests inject one to record delays).
 
@@ -102,8 +164,10 @@ class ChatClient:
         api_key: str | None = None,
         provider: str = "nim",
         timeout: httpx.Timeout | float | None = DEFAULT_TIMEOUT,
+        deadline_s: float | None = None,
         retry: RetryPolicy | None = None,
         default_params: Mapping[str, Any] | None = None,
+        default_headers: Mapping[str, str] | None = None,
         transport: httpx.AsyncBaseTransport | None = None,
         http_client: httpx.AsyncClient | None = None,
         pool: ClientPool | None = None,
@@ -111,43 +175,100 @@ class ChatClient:
     ) -> None:
         if transport is not None and http_client is not None:
             raise ValueError("ChatClient: pass either transport or http_client, not both")
-        self.base_url = normalize_base_url(base_url)
-        if not self.base_url.startswith(("http://", "https://")):
-            # Fail at construction (start-up), not on the first user request.
-            raise ValueError(
-                f"ChatClient: base_url {base_url!r} must start with http:// or https://, "
-                "e.g. http://localhost:8000/v1"
-            )
+        # Fail at construction (start-up), not on the first user request.
+        self.base_url = validate_base_url(base_url)
         self.url = f"{self.base_url}/chat/completions"
         self.model = model
         self.provider = provider
-        self.timeout = httpx.Timeout(timeout)
+        if isinstance(timeout, int | float) and not isinstance(timeout, bool):
+            if not timeout > 0:
+                raise ValueError(f"ChatClient: timeout must be > 0 seconds, got {timeout}")
+            self.timeout = phase_timeouts(float(timeout))
+            implied: float | None = float(timeout)
+        else:
+            self.timeout = httpx.Timeout(timeout)
+            implied = self.timeout.read
+        if deadline_s is not None and not deadline_s > 0:
+            raise ValueError(f"ChatClient: deadline_s must be > 0 seconds, got {deadline_s}")
+        self.deadline_s: float | None = deadline_s if deadline_s is not None else implied
+        if self.deadline_s is not None:
+            # Queueing for a connection is bounded by the call's budget, like everything else; a
+            # separate pool timeout would fail a burst that could still be served in time.
+            self.timeout = httpx.Timeout(
+                connect=self.timeout.connect, read=self.timeout.read, write=self.timeout.write, pool=None
+            )
         self.retry = retry if retry is not None else RetryPolicy()
         self.default_params: dict[str, Any] = dict(default_params or {})
         self._has_api_key = bool(api_key)
-        self._headers = {"Accept": "application/json"}
+        self._headers = {"Accept": "application/json", **(default_headers or {})}
         if api_key:
             self._headers["Authorization"] = f"Bearer {api_key}"
         self._http_client = http_client
+        self._fixed_lane = Lane(http_client, None) if http_client is not None else None
         # A transport gets a private pool (per loop, like the shared one) that this instance owns.
         self._owned_pool = ClientPool(transport=transport) if transport is not None else None
         self._pool = self._owned_pool or (pool if pool is not None else default_pool())
         self._sleep = sleep if sleep is not None else asyncio.sleep
+        self.retry_log = RateLimitedLog(logger, interval=RETRY_LOG_INTERVAL)
+
+    @classmethod
+    def from_settings(
+        cls,
+        settings: TransportSettings,
+        *,
+        model: str,
+        api_key: str | None = None,
+        provider: str = "nim",
+        default_base_url: str | None = None,
+        **kwargs: Any,
+    ) -> ChatClient:
+        """The client a model's transport settings describe (see ``split_parameters``).
+
+        ``default_base_url`` is used when the settings name none (an engine's hosted endpoint).
+        Settings left None keep the client's defaults: :data:`DEFAULT_TIMEOUT`, and the
+        :class:`RetryPolicy` given in ``kwargs`` (or the default one), whose ``max_retries``
+        ``settings.max_retries`` replaces. Other ``kwargs`` go to the constructor as they are.
+        """
+        base_url = settings.base_url or default_base_url
+        if base_url is None:
+            raise ValueError(f"ChatClient.from_settings: no base_url for model {model!r}")
+        if settings.timeout is not None:
+            kwargs["timeout"] = settings.timeout
+        if settings.max_retries is not None:
+            retry = kwargs.get("retry") or RetryPolicy()
+            kwargs["retry"] = dataclasses.replace(retry, max_retries=settings.max_retries)
+        if settings.default_headers:
+            kwargs["default_headers"] = {**settings.headers, **kwargs.get("default_headers", {})}
+        return cls(base_url, model=model, api_key=api_key, provider=provider, **kwargs)
 
     def __repr__(self) -> str:  # no api_key, ever
         return f"ChatClient(base_url={self.base_url!r}, model={self.model!r}, provider={self.provider!r})"
 
-    async def complete(self, messages: Sequence[Mapping[str, str]], **params: Any) -> ChatResult:
+    async def complete(
+        self,
+        messages: Sequence[Mapping[str, str]],
+        *,
+        deadline: float | None = None,
+        **params: Any,
+    ) -> ChatResult:
         """Send one chat completion and return its text and usage.
 
         The body is ``{"model", "messages", **default_params, **params}``. Retries follow
         :attr:`retry`; ``duration`` covers every attempt and every backoff.
 
+        ``deadline`` is an absolute ``time.monotonic()`` value by which the call must be over (a
+        per-turn deadline); the call ends by the earlier of it and ``now + deadline_s``, give or
+        take the event loop's scheduling.
+
         Raises:
-            BackendTimeoutError: the server did not answer within the read/write/pool timeout.
+            BackendTimeoutError: no answer within the call's budget or deadline (the message names
+                which and where it hit), or a read/write timeout of one attempt.
             BackendConnectionError: the server could not be reached or dropped the connection.
-            BackendStatusError: an HTTP error status (``.status``) after the last try, or at once
-                for a 4xx other than 429.
+            BackendInputRejectedError: HTTP 400, 413 or 422: the server refused the input itself
+                (e.g. longer than the model's context); at once, never retried.
+            BackendStatusError: another HTTP error status (``.status``) after the last try, at once
+                for a 4xx other than 429, or when the wait before the next try would pass the
+                deadline.
             BackendProtocolError: a 2xx body that is not JSON or has no
                 ``choices[0].message.content`` string.
         """
@@ -157,54 +278,105 @@ class ChatClient:
             **self.default_params,
             **params,
         }
-        return await self.send(body)
+        return await self.send(body, deadline=deadline)
 
-    async def send(self, body: Mapping[str, Any]) -> ChatResult:
-        """POST ``body`` to :attr:`url` with the retry policy; the answer as :meth:`_parse` reads it
-        (for a subclass speaking another JSON endpoint, e.g. a classifier)."""
-        max_attempts = self.retry.max_retries + 1
+    async def send(self, body: Mapping[str, Any], *, deadline: float | None = None) -> ChatResult:
+        """POST ``body`` to :attr:`url` within the call's budget, with the retry policy, and read
+        the answer with :meth:`_parse` (a subclass speaking another JSON endpoint, such as a
+        classifier, overrides ``url`` and ``_parse``). Raises as :meth:`complete`."""
         started = time.monotonic()
-        attempt = 0
+        call = self._bound(started, deadline)
+        if call.end is None:
+            return await self._run(body, call)
+        left = call.end - started
+        if left <= 0:
+            raise BackendTimeoutError(
+                f"no time left to call {self.url} (model {self.model!r}): {call.budget} had "
+                "passed before the call started",
+                url=self.url,
+            )
+        scope = asyncio.timeout(left)
+        try:
+            async with scope:
+                return await self._run(body, call)
+        except TimeoutError:
+            if not scope.expired():
+                raise
+            raise self._overrun(call) from None
+
+    def _bound(self, started: float, deadline: float | None) -> _Call:
+        if self.deadline_s is not None:
+            own = started + self.deadline_s
+            if deadline is None or own <= deadline:
+                return _Call(started, own, self.deadline_s)
+        return _Call(started, deadline, None)
+
+    async def _run(self, body: Mapping[str, Any], call: _Call) -> ChatResult:
+        max_attempts = self.retry.max_retries + 1
         while True:
-            attempt += 1
-            outcome = await self._attempt(body)
+            call.attempts += 1
+            outcome = await self._attempt(body, call)
             if isinstance(outcome, ChatResult):
                 return ChatResult(
                     content=outcome.content,
                     usage=outcome.usage,
-                    duration=time.monotonic() - started,
+                    duration=time.monotonic() - call.started,
                     finish_reason=outcome.finish_reason,
-                    attempts=attempt,
+                    attempts=call.attempts,
                 )
-            failure = outcome
-            if not failure.retryable or attempt >= max_attempts:
-                raise self._error(failure, attempt) from failure.cause
+            failure = call.last = outcome
+            if not failure.retryable or call.attempts >= max_attempts:
+                raise self._error(failure, call.attempts) from failure.cause
             if failure.retry_after is not None:
-                delay = self.retry.retry_after_delay(failure.retry_after)
+                # Compared as the server sent it: a server that will not serve before the
+                # deadline is not asked again (cutting its wait only buys another refusal).
+                wait = failure.retry_after
+                delay = self.retry.retry_after_delay(wait)
             else:
-                delay = self.retry.backoff_delay(attempt - 1)
-            logger.warning(
+                wait = delay = self.retry.backoff_delay(call.attempts - 1)
+            if call.end is not None:
+                left = call.end - time.monotonic()
+                if wait >= left:
+                    # Waiting would only turn this answer into a timeout later: fail now.
+                    what = "Retry-After" if failure.retry_after is not None else "backoff"
+                    note = (
+                        f"waiting {wait:.3g} s ({what}) would pass {call.budget}, {max(left, 0.0):.3g} s left"
+                    )
+                    raise self._error(failure, call.attempts, note) from failure.cause
+            self.retry_log.warning(
                 "LLM call to %s (model %s) failed: %s; attempt %d of %d, retrying in %.3f s",
                 self.url,
                 self.model,
                 failure.reason,
-                attempt,
+                call.attempts,
                 max_attempts,
                 delay,
             )
+            call.phase = "waiting to retry"
             await self._sleep(delay)
 
-    async def _attempt(self, body: Mapping[str, Any]) -> ChatResult | _Failure:
+    async def _attempt(self, body: Mapping[str, Any], call: _Call) -> ChatResult | _Failure:
         """One HTTP request: a result (duration filled in by the caller) or a classified failure."""
-        client = self._http()
+        lane = self._lane()
         try:
-            response = await client.post(self.url, json=body, headers=self._headers, timeout=self.timeout)
+            if lane.gate is None:
+                call.phase = "request in flight"
+                response = await lane.client.post(
+                    self.url, json=body, headers=self._headers, timeout=self.timeout
+                )
+            else:
+                call.phase = "queued for a connection"
+                async with lane.gate:
+                    call.phase = "request in flight"
+                    response = await lane.client.post(
+                        self.url, json=body, headers=self._headers, timeout=self.timeout
+                    )
         except httpx.TransportError as exc:
             return self._classify_transport(exc)
         except httpx.DecodingError as exc:  # a body the content-encoding cannot decode
             return _Failure(
                 BackendProtocolError,
-                f"{self.url} sent a body that could not be decoded ({exc})",
+                f"{self.url} sent a body that could not be decoded ({type(exc).__name__})",
                 "undecodable body",
                 retryable=False,
                 cause=exc,
@@ -213,14 +385,30 @@ class ChatClient:
             return self._classify_status(response)
         return self._parse(response)
 
-    def _http(self) -> httpx.AsyncClient:
-        if self._http_client is not None:
-            return self._http_client
-        return self._pool.get(self.base_url)
+    def _lane(self) -> Lane:
+        if self._fixed_lane is not None:
+            return self._fixed_lane
+        return self._pool.lane(self.base_url)
+
+    def _overrun(self, call: _Call) -> BackendTimeoutError:
+        plural = "attempt" if call.attempts == 1 else "attempts"
+        last = f"; last failure: {call.last.reason}" if call.last is not None else ""
+        return BackendTimeoutError(
+            f"{self.url} (model {self.model!r}) gave no answer within {call.budget}, which covers "
+            "the whole call (queueing for a connection, every attempt, backoff and Retry-After "
+            "waits); the server is overloaded or unreachable, or the timeout is too short for this "
+            f"model: check the server's load or raise the timeout [{call.phase} after "
+            f"{time.monotonic() - call.started:.3g} s, {call.attempts} {plural}{last}]",
+            url=self.url,
+        )
 
     def _classify_transport(self, exc: httpx.TransportError) -> _Failure:
         kind = type(exc).__name__
-        reason = f"{kind}: {exc}" if str(exc) else kind  # httpx messages hold no request content
+        # OS and timeout messages ("[Errno 111] Connection refused") say what happened; protocol
+        # errors can quote bytes the server sent (h11's "illegal status line: ..."), so only
+        # their class is shown.
+        detail = str(exc) if isinstance(exc, httpx.NetworkError | httpx.TimeoutException) else ""
+        reason = f"{kind}: {detail[:200]}" if detail else kind
         retry = self.retry
         if isinstance(exc, httpx.ConnectTimeout):
             return _Failure(
@@ -235,7 +423,7 @@ class ChatClient:
             # Our own pool is saturated: retrying would only add to the queue.
             return _Failure(
                 BackendTimeoutError,
-                f"no free connection to {self.url} within {self.timeout.pool} s (pool timeout); "
+                f"no free connection to {self.url} within the pool timeout ({self.timeout.pool} s); "
                 "too many calls in flight: lower the concurrency, or raise the pool timeout or "
                 "httpx.Limits.max_connections",
                 reason,
@@ -276,7 +464,7 @@ class ChatClient:
         if isinstance(exc, httpx.UnsupportedProtocol):
             return _Failure(
                 BackendConnectionError,
-                f"invalid base_url {self.base_url!r} ({exc}); it must start with http:// or "
+                f"invalid base_url {self.base_url!r} ({reason}); it must start with http:// or "
                 "https://, e.g. http://localhost:8000/v1",
                 reason,
                 False,
@@ -292,12 +480,27 @@ class ChatClient:
 
     def _classify_status(self, response: httpx.Response) -> _Failure:
         status = response.status_code
-        phrase = f"HTTP {status} {response.reason_phrase}".rstrip()
+        # The standard phrase, not the server's: a status line is server text like any other.
         try:
-            detail = error_detail(response.json())
+            phrase = f"HTTP {status} {http.HTTPStatus(status).phrase}"
         except ValueError:
-            detail = None
-        suffix = f" (server says: {detail})" if detail else ""
+            phrase = f"HTTP {status}"
+        try:
+            summary = error_summary(response.json())
+        except ValueError:
+            summary = None
+        suffix = f" ({summary})" if summary else ""
+        if status in INPUT_REJECTED_STATUSES:
+            return _Failure(
+                BackendInputRejectedError,
+                f"{self.url} refused the request as invalid: {phrase}{suffix}; the input cannot be "
+                "checked (longer than the model's context, too large, or unreadable), so it is "
+                "treated as unsafe. If every request gets this, check the request parameters "
+                f"({', '.join(self._param_names())}) and the model's maximum context",
+                phrase,
+                False,  # the same input is refused again
+                status=status,
+            )
         if status in (401, 403):
             hint = (
                 "check the API key: the environment variable that holds it (e.g. NVIDIA_API_KEY, "
@@ -315,11 +518,8 @@ class ChatClient:
         retry_after = None
         if status in RETRY_AFTER_STATUSES:
             retry_after = parse_retry_after(response.headers.get("Retry-After"))
-        # 400/413/422: the server refused this request's content (too long for its context, too
-        # large, undecodable). The static part never changes, so the user's text caused it: unsafe.
-        rejected = status in (400, 413, 422)
         return _Failure(
-            BackendInputRejectedError if rejected else BackendStatusError,
+            BackendStatusError,
             f"{self.url} answered {phrase}{suffix}; {hint}",
             phrase,
             status in self.retry.retry_on_status,
@@ -356,10 +556,11 @@ class ChatClient:
             cause=cause,
         )
 
-    def _error(self, failure: _Failure, attempts: int) -> BackendError:
+    def _error(self, failure: _Failure, attempts: int, note: str | None = None) -> BackendError:
         plural = "attempt" if attempts == 1 else "attempts"
+        extra = f"; not retried: {note}" if note else ""
         return failure.error_type(
-            f"{failure.message} [after {attempts} {plural}]",
+            f"{failure.message} [after {attempts} {plural}{extra}]",
             status=failure.status,
             url=self.url,
         )
@@ -386,11 +587,14 @@ class ChatClient:
 
 
 __all__ = [
+    "DEFAULT_CONNECT_TIMEOUT",
     "DEFAULT_TIMEOUT",
+    "INPUT_REJECTED_STATUSES",
     "ChatClient",
     "ClientPool",
     "RetryPolicy",
     "aclose_all",
     "get_http_client",
     "parse_usage",
+    "phase_timeouts",
 ]

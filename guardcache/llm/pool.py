@@ -19,6 +19,22 @@ from another loop fails ("Event loop is closed", hangs). The runtime's sync API 
 first (a ``WeakKeyDictionary``: a loop that is garbage-collected takes its entry with it) and a
 client is never handed to a loop other than the one that created it.
 
+Why an admission gate: a burst larger than ``max_connections`` used to queue inside httpx2's pool,
+where every pool event (a request added, a response closed) walks the whole queue, so a burst of n
+costs O(n^2), and the wait was bounded by a fixed pool timeout (5 s) unrelated to the caller's
+deadline: 2,000 concurrent distinct checks failed 2-5% with "no free connection". So each (loop,
+base URL) gets an ``asyncio.Semaphore`` in front of httpx (FIFO, O(1) per event), and the wait is
+bounded by the caller's own deadline (the ``asyncio.timeout`` around the call), not by a separate
+pool timeout. The gate admits TWICE ``max_connections``: with exactly ``max_connections``, a
+finished request's connection goes back to httpx idle, with nobody queued, until the woken waiter
+sends on it an event-loop iteration later, and every pool event in between probes it. Keeping up to
+``max_connections`` requests queued inside httpx lets it hand a released connection straight to the
+next one. Measured (2,000 concurrent calls to a canned-response server, 100 connections; counts are
+deterministic, CPU times noisy on a shared 2-core VM): idle-socket probes 64,101 with a gate of 100,
+4,674 with a gate of 200 or none; requests walked by the pool 321k / 584k / 4.39M; CPU in the pool's
+assignment 1.8-2.6 s / 0.8-1.2 s / 1.3-1.5 s. At 5,000 calls: 1.49M vs 26.0M requests walked, 2.8 s vs
+6.6 s in the pool, 2.2 vs 3.1 ms of client CPU per call (gate of 200 vs none).
+
 Shutdown: :func:`aclose_all` closes the clients of the *running* loop (a client can only be closed
 from its own loop). Code that runs ``asyncio.run`` per request should await it before the loop ends,
 or the sockets are only reclaimed when the garbage collector finds them.
@@ -35,8 +51,8 @@ import weakref
 import httpx2 as httpx
 
 DEFAULT_LIMITS = httpx.Limits(max_connections=100, max_keepalive_connections=32, keepalive_expiry=4.0)
-"""Up to 100 concurrent requests per backend before requests queue for a connection (bounded by the
-pool timeout), and up to 32 of those connections kept alive when idle.
+"""Up to 100 concurrent requests per backend before requests queue (FIFO, in the pool's admission
+gate, bounded by each call's deadline), and up to 32 of those connections kept alive when idle.
 
 Why 32 and not all 100: every pool event probes each idle connection's socket, so idle connections
 left over from a burst tax every later request (measured against the emulator on 2 vCPUs, after a
@@ -66,6 +82,23 @@ def normalize_base_url(base_url: str) -> str:
     return base_url.strip().rstrip("/")
 
 
+ADMISSION_FACTOR = 2
+"""The admission gate lets ``ADMISSION_FACTOR * max_connections`` requests into httpx (see above)."""
+
+
+class Lane:
+    """The shared client of one base URL on one loop, and the gate that admits requests to it.
+
+    ``gate`` is None when the limits set no ``max_connections`` (nothing to queue for).
+    """
+
+    __slots__ = ("client", "gate")
+
+    def __init__(self, client: httpx.AsyncClient, gate: asyncio.Semaphore | None) -> None:
+        self.client = client
+        self.gate = gate
+
+
 class ClientPool:
     """Shares one ``httpx.AsyncClient`` per base URL within each event loop.
 
@@ -74,7 +107,9 @@ class ClientPool:
 
     ``transport`` makes every client of this pool send through it (tests: ``httpx.MockTransport``);
     closing a client closes its transport, so a pool with a transport is meant to be private to
-    one owner. ``limits`` apply only without a transport (they configure httpx's default one).
+    one owner. ``limits`` configure httpx's default transport when there is no ``transport``;
+    their ``max_connections`` also sizes each base URL's admission gate (see :class:`Lane`), with or
+    without a transport.
     """
 
     def __init__(
@@ -86,41 +121,56 @@ class ClientPool:
         self._limits = limits
         self._transport = transport
         self._lock = threading.Lock()
-        self._by_loop: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, dict[str, httpx.AsyncClient]] = (
+        self._by_loop: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, dict[str, Lane]] = (
             weakref.WeakKeyDictionary()
         )
 
-    def get(self, base_url: str) -> httpx.AsyncClient:
-        """The shared client for ``base_url`` on the running loop; created on first use.
+    def lane(self, base_url: str) -> Lane:
+        """The client and admission gate for ``base_url`` on the running loop; created on first use.
 
         Must be called from a coroutine (it needs the running loop). A client someone closed is
-        replaced rather than handed out.
+        replaced rather than handed out; its gate is kept, so requests already queued in it and
+        new ones share one FIFO order and one bound.
         """
         loop = asyncio.get_running_loop()
-        key = normalize_base_url(base_url)
         with self._lock:
-            clients = self._by_loop.get(loop)
-            if clients is None:
-                clients = self._by_loop[loop] = {}
-        client = clients.get(key)
-        if client is None or client.is_closed:
+            lanes = self._by_loop.get(loop)
+            if lanes is None:
+                lanes = self._by_loop[loop] = {}
+        key = normalize_base_url(base_url)
+        lane = lanes.get(key)
+        if lane is None:
+            size = self._limits.max_connections
+            gate = asyncio.Semaphore(ADMISSION_FACTOR * size) if size else None
             # No await between the lookup and the store: no other task of this loop can interleave.
-            client = httpx.AsyncClient(
-                limits=self._limits,
-                transport=self._transport,
-                verify=shared_ssl_context(),
-                headers={"User-Agent": USER_AGENT},
-                # Timeouts are passed per request by each ChatClient; this is only a fallback.
-                timeout=httpx.Timeout(10.0, connect=2.0),
-            )
-            clients[key] = client
-        return client
+            lane = lanes[key] = Lane(self._new_client(), gate)
+        elif lane.client.is_closed:
+            lane.client = self._new_client()
+        return lane
+
+    def get(self, base_url: str) -> httpx.AsyncClient:
+        """The shared client for ``base_url`` on the running loop (see :meth:`lane`).
+
+        Requests sent on it directly bypass the admission gate, so they may queue in httpx's pool.
+        """
+        return self.lane(base_url).client
+
+    def _new_client(self) -> httpx.AsyncClient:
+        return httpx.AsyncClient(
+            limits=self._limits,
+            transport=self._transport,
+            verify=shared_ssl_context(),
+            headers={"User-Agent": USER_AGENT},
+            # Timeouts are passed per request by each ChatClient; this is only a fallback.
+            timeout=httpx.Timeout(10.0, connect=2.0),
+        )
 
     def clients_for_running_loop(self) -> dict[str, httpx.AsyncClient]:
         """A snapshot of the running loop's clients by normalized base URL (for tests and stats)."""
         loop = asyncio.get_running_loop()
         with self._lock:
-            return dict(self._by_loop.get(loop, {}))
+            lanes = dict(self._by_loop.get(loop, {}))
+        return {url: lane.client for url, lane in lanes.items()}
 
     async def aclose_all(self) -> None:
         """Close every client of the running loop and forget loops that are already closed.
@@ -130,11 +180,11 @@ class ClientPool:
         """
         loop = asyncio.get_running_loop()
         with self._lock:
-            clients = self._by_loop.pop(loop, {})
+            lanes = self._by_loop.pop(loop, {})
             for other in [lp for lp in self._by_loop if lp.is_closed()]:
                 del self._by_loop[other]
-        for client in clients.values():
-            await client.aclose()
+        for lane in lanes.values():
+            await lane.client.aclose()
 
 
 _DEFAULT_POOL = ClientPool()
@@ -156,8 +206,10 @@ async def aclose_all() -> None:
 
 
 __all__ = [
+    "ADMISSION_FACTOR",
     "DEFAULT_LIMITS",
     "ClientPool",
+    "Lane",
     "aclose_all",
     "default_pool",
     "get_http_client",

@@ -7,12 +7,13 @@ than failing a call whose answer is fine.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from typing import Any
 
 from guardcache.llm.types import Usage
 
-_MAX_DETAIL = 160  # characters of a server's error message kept in our error messages
+_IDENTIFIER = re.compile(r"[A-Za-z0-9_.-]{1,64}")
 
 
 class MalformedResponse(ValueError):
@@ -81,28 +82,31 @@ def parse_usage(raw: object, *, model: str | None = None, provider: str | None =
     )
 
 
-def error_detail(data: object) -> str | None:
-    """The server's own error message from a decoded error body, when it is a string.
+def error_summary(data: object) -> str | None:
+    """A short, non-echoing summary of a decoded error body: its identifier-like fields only.
 
-    Understands the OpenAI (``{"error": {"message"}}``), vLLM/llama.cpp and FastAPI
-    (``{"detail": "..."}``) shapes. Only a string message is kept, whitespace-collapsed and cut
-    short: structured validation errors can echo the request (user text), which must not reach
-    logs.
+    Why not the server's message: error bodies quote the request. A 400 from vLLM or a NIM says
+    "This model's maximum context length is 8192 tokens. However, you requested ..." and FastAPI's
+    422 lists each invalid field with its ``input``, i.e. the user's text, which must never reach
+    logs or error messages (prompts can hold personal data). So only ``type`` and ``code`` are kept
+    (OpenAI's ``{"error": {"type", "code"}}``, vLLM's top-level ones), and only when each looks like
+    an identifier (``[A-Za-z0-9_.-]{1,64}``, e.g. ``invalid_request_error``,
+    ``context_length_exceeded``, ``400``): free text is dropped, never cut.
     """
     if not isinstance(data, dict):
         return None
-    candidate: object = None
     error = data.get("error")
-    if isinstance(error, dict):
-        candidate = error.get("message")
-    elif isinstance(error, str):
-        candidate = error
-    if candidate is None:
-        candidate = data.get("message", data.get("detail"))
-    if not isinstance(candidate, str) or not candidate.strip():
-        return None
-    text = " ".join(candidate.split())
-    return text if len(text) <= _MAX_DETAIL else text[: _MAX_DETAIL - 3] + "..."
+    source: dict[str, Any] = error if isinstance(error, dict) else data
+    parts = []
+    for name in ("type", "code"):
+        value = source.get(name)
+        if isinstance(value, bool):
+            continue
+        if isinstance(value, int):
+            value = str(value)
+        if isinstance(value, str) and _IDENTIFIER.fullmatch(value):
+            parts.append(f"{name}={value}")
+    return ", ".join(parts) or None
 
 
 def _count(value: object) -> int:
@@ -115,4 +119,4 @@ def _count(value: object) -> int:
     return 0
 
 
-__all__ = ["Completion", "MalformedResponse", "error_detail", "parse_usage", "read_completion"]
+__all__ = ["Completion", "MalformedResponse", "error_summary", "parse_usage", "read_completion"]

@@ -46,7 +46,9 @@ class RetryPolicy:
         retry_on_status: HTTP statuses that are retried. Other 4xx are never retried: the same
             request would fail the same way (a 401 stays a 401).
         max_retry_after: the longest ``Retry-After`` honoured, in seconds; longer values are cut
-            to it, so a server asking for a minute cannot stall a user request for a minute.
+            to it, so a server asking for a minute cannot stall a user request for a minute. The
+            call's budget comes first: when the server's own value is longer than the time left,
+            the call fails at once rather than retrying early (see ``ChatClient.complete``).
         retry_connect_errors: retry when the connection could not be made (refused, DNS, connect
             timeout) or was dropped before a response (a stale keep-alive connection the server had
             closed). Safe: the server never produced an answer, and a completion has no side effect.

@@ -399,8 +399,10 @@ class CompiledTemplate:
                 given = ", ".join(variables) or "none"
                 raise KeyError(f"no value for variable {{{{ {name} }}}} (given: {given})")
         for name, value in variables.items():
-            if not isinstance(value, str):
-                raise TypeError(f"value of {name!r} must be a str, not {type(value).__name__}")
+            if not isinstance(value, str) and not _is_history(value):
+                raise TypeError(
+                    f"value of {name!r} must be a str or a history of messages, not {type(value).__name__}"
+                )
             if name in bound._values:
                 raise ValueError(f"variable {name!r} has the name of a setting")
         template = self._template
@@ -421,6 +423,15 @@ def _template_line(template: Any, exc: BaseException) -> int | None:
             line = template.get_corresponding_lineno(tb.tb_lineno)
         tb = tb.tb_next
     return line
+
+
+def _is_history(value: Any) -> bool:
+    """A conversation (``history``): a tuple or list of ``{"role", "content"}`` string mappings,
+    which NeMo's history filters (``user_assistant_sequence``, ``to_chat_messages``...) read."""
+    return isinstance(value, tuple | list) and all(
+        isinstance(m, Mapping) and isinstance(m.get("role"), str) and isinstance(m.get("content"), str)
+        for m in value
+    )
 
 
 @functools.lru_cache(maxsize=512)

@@ -16,7 +16,8 @@ from guardcache.config import RailGroup, RailsConfig
 from guardcache.config.models import ModelConfig
 from guardcache.errors import ConfigError
 from guardcache.flows import KNOWN_FLOWS, FlowRef
-from guardcache.llm.client import DEFAULT_TIMEOUT, ChatClient
+from guardcache.llm.client import ChatClient
+from guardcache.llm.transport import split_parameters
 from guardcache.rails.caches import build_cache
 from guardcache.rails.rail import Rail
 
@@ -24,14 +25,16 @@ PROVIDERS = {"nim": "nim", "nvidia_ai_endpoints": "nim", "openai": "openai", "vl
 
 
 def build_client(model: ModelConfig) -> ChatClient:
-    """The OpenAI-compatible client of a model (connections pooled per base URL and event loop)."""
-    timeout = model.parameters.get("timeout")
-    return ChatClient(
-        model.base_url,
+    """The OpenAI-compatible client of a model: its transport settings (URL, whole-check timeout,
+    retries, headers) split from its parameters in one place; connections pooled per base URL and
+    event loop."""
+    settings, _ = split_parameters(model.parameters)
+    return ChatClient.from_settings(
+        settings,
         model=model.model,
         api_key=model.api_key(),
         provider=PROVIDERS.get(model.engine, model.engine),
-        timeout=float(timeout) if timeout is not None else DEFAULT_TIMEOUT,
+        default_base_url=model.base_url,
     )
 
 

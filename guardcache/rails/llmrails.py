@@ -14,12 +14,12 @@ from typing import Any, TypeVar, overload
 
 from guardcache import language
 from guardcache.cache import CacheInterface
-from guardcache.checks.check import TRANSPORT_PARAMS
 from guardcache.checks.verdict import RailResult
-from guardcache.config import RailsConfig
+from guardcache.config import RailGroup, RailsConfig
 from guardcache.errors import ConfigError
 from guardcache.llm.pool import aclose_all
 from guardcache.llm.stats import LLMCallInfo, record_call, request_scope
+from guardcache.llm.transport import split_parameters
 from guardcache.rails.builder import build_runtime
 from guardcache.rails.main_llm import ClientLLM, LangChainLLM, MainLLM
 from guardcache.rails.messages import Message, history, last_index, read_messages
@@ -46,7 +46,7 @@ class LLMRails:
             self._main = LangChainLLM(llm)
         elif "main" in config.model_types:
             main = config.model("main")
-            params = {k: v for k, v in main.parameters.items() if k not in TRANSPORT_PARAMS}
+            _, params = split_parameters(main.parameters)
             self._main = ClientLLM(self._runtime.clients["main"], params)
         self._last: TurnInfo | None = None
         self._multilingual = config.rails.config.content_safety.multilingual
@@ -93,9 +93,7 @@ class LLMRails:
         }
         with request_scope() as explain:
             turn = TurnInfo(explain)
-            inputs = await self._run_group(
-                self._runtime.input_rails, variables, self.config.rails.input.parallel
-            )
+            inputs = await self._run_group(self._runtime.input_rails, variables, self.config.rails.input)
             turn.checks = CheckResult(tuple(inputs))
             if not all(r.allowed for r in inputs):
                 reply = self._refusal(variables["user_input"])
@@ -103,7 +101,7 @@ class LLMRails:
                 bot = await self._call_main(msgs)
                 variables["bot_response"] = bot
                 outputs = await self._run_group(
-                    self._runtime.output_rails, variables, self.config.rails.output.parallel
+                    self._runtime.output_rails, variables, self.config.rails.output
                 )
                 turn.checks = CheckResult(tuple(inputs), tuple(outputs))
                 reply = bot if all(r.allowed for r in outputs) else self._refusal(variables["user_input"])
@@ -148,14 +146,12 @@ class LLMRails:
             turn = TurnInfo(explain)
             inputs: list[RailResult] = []
             if user_at is not None:
-                inputs = await self._run_group(
-                    self._runtime.input_rails, variables, self.config.rails.input.parallel
-                )
+                inputs = await self._run_group(self._runtime.input_rails, variables, self.config.rails.input)
             outputs: list[RailResult] = []
             if bot_last:
                 variables["bot_response"] = msgs[-1]["content"]
                 outputs = await self._run_group(
-                    self._runtime.output_rails, variables, self.config.rails.output.parallel
+                    self._runtime.output_rails, variables, self.config.rails.output
                 )
             turn.checks = CheckResult(tuple(inputs), tuple(outputs))
         self._last = turn
@@ -260,21 +256,24 @@ class LLMRails:
 
     @staticmethod
     async def _run_group(
-        rails: Sequence[Rail], variables: Mapping[str, Any], parallel: bool
+        rails: Sequence[Rail], variables: Mapping[str, Any], group: RailGroup
     ) -> list[RailResult]:
         """Sequential: stop at the first block. Parallel: all at once, and the first block cancels
-        the rest (a cancelled check stores nothing: see cache.singleflight)."""
+        the rest (a cancelled check stores nothing: see cache.singleflight). The group's
+        ``timeout`` is one deadline for all its checks."""
+        parallel = group.parallel
+        deadline = time.monotonic() + group.timeout if group.timeout is not None else None
         if not rails:
             return []
         if not parallel or len(rails) == 1:
             results: list[RailResult] = []
             for rail in rails:
-                result = await rail.run(variables)
+                result = await rail.run(variables, deadline)
                 results.append(result)
                 if not result.allowed:
                     break
             return results
-        tasks = [asyncio.create_task(rail.run(variables)) for rail in rails]
+        tasks = [asyncio.create_task(rail.run(variables, deadline)) for rail in rails]
         done_results: list[RailResult] = []
         try:
             for next_done in asyncio.as_completed(tasks):

@@ -42,11 +42,12 @@ class Rail:
     def name(self) -> str:
         return self.ref.text or self.ref.name
 
-    async def run(self, variables: Mapping[str, Any]) -> RailResult:
-        """Run the check on this turn's texts; never raises (see the module docstring)."""
+    async def run(self, variables: Mapping[str, Any], deadline: float | None = None) -> RailResult:
+        """Run the check on this turn's texts, by ``deadline`` if given (a ``time.monotonic()``
+        value); never raises (see the module docstring)."""
         started = time.monotonic()
         try:
-            outcome = await self.check.run(variables)
+            outcome = await self.check.run(variables, deadline)
         except InputRejectedError as exc:  # before BackendError: a backend 400 is both
             return self._result(exc, started, allowed=False, why="the input cannot be judged")
         except BackendError as exc:

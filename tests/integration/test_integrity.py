@@ -7,10 +7,11 @@ otherwise: whatever a user can type must still be judged, or blocked.
 from __future__ import annotations
 
 import logging
+import time
 
 import pytest
 
-from guardcache import LLMRails
+from guardcache import LLMRails, RailsConfig
 from tests.integration.conftest import EmulatorFactory
 from tests.integration.rails_support import guard_config, user
 
@@ -126,3 +127,31 @@ async def test_10_wrong_message_types_are_named_errors(
     rails, _ = await rails_for(emulator_factory)
     with pytest.raises(error, match="messages"):
         await rails.check_async(messages)  # type: ignore[arg-type]
+
+
+async def test_6_a_group_timeout_bounds_all_its_checks_together(emulator_factory: EmulatorFactory) -> None:
+    hung = await emulator_factory(faults={"hang_rate": 1.0, "hang_seconds": 30.0})
+    config = guard_config(
+        hung.base_url,
+        timeout=5,  # each check alone could take 5 s ...
+        extra_models=f"""
+  - type: content_safety_2
+    engine: nim
+    model: nvidia/llama-3.1-nemoguard-8b-content-safety
+    parameters: {{base_url: "{hung.base_url}", timeout: 5}}
+""",
+        prompts_for=("content_safety_2",),
+        input_flows=(
+            "[content safety check input $model=content_safety, "
+            "content safety check input $model=content_safety_2]"
+        ),
+    )
+    data = config.model_dump()
+    data["rails"]["input"]["timeout"] = 0.5  # ... but the group has half a second for both
+    data["rails"]["input"]["on_error"] = "allow"
+    rails = LLMRails(RailsConfig.model_validate(data))
+    started = time.monotonic()
+    result = await rails.check_async(user("a friendly hello"))
+    elapsed = time.monotonic() - started
+    assert elapsed < 1.5, elapsed
+    assert all(r.error and "BackendTimeoutError" in r.error for r in result.input)

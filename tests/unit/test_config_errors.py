@@ -155,8 +155,8 @@ def test_the_good_config_loads() -> None:
         ),
         pytest.param(
             edit("{base_url: http://localhost:8000/v1}", "{base_url: localhost:8000}"),
-            "config.yml: models[0].parameters.base_url: expected an http(s) URL such as "
-            "http://localhost:8000/v1 (got 'localhost:8000')",
+            "config.yml: models[0].parameters.base_url: 'localhost:8000' must start with http:// or "
+            "https://, e.g. http://localhost:8000/v1",
             id="base-url-without-scheme",
         ),
         pytest.param(

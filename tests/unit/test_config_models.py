@@ -81,8 +81,17 @@ def test_a_key_in_parameters_is_refused(key: str) -> None:
 @pytest.mark.parametrize(
     ("param", "expected"),
     [
-        ("timeout: 0", "parameters.timeout: expected a number > 0 (got 0)"),
-        ("timeout: true", "parameters.timeout: expected a number > 0 (got true)"),
+        ("timeout: 0", "parameters.timeout: expected seconds for the whole check, a number > 0 (got 0)"),
+        (
+            "timeout: true",
+            "parameters.timeout: expected seconds for the whole check, a number > 0 (got True)",
+        ),
+        ("max_retries: -1", "parameters.max_retries: expected a whole number >= 0 (got -1)"),
+        (
+            "base_url: http://user:pw@nim:8000/v1",
+            "parameters.base_url: credentials in the URL would be written into every log line; remove "
+            "them and give the API key with api_key_env_var (e.g. api_key_env_var: NVIDIA_API_KEY)",
+        ),
         ("max_tokens: 1.5", "parameters.max_tokens: expected a whole number > 0 (got 1.5)"),
         ("temperature: -0.1", "parameters.temperature: expected a number >= 0 (got -0.1)"),
     ],

@@ -25,7 +25,7 @@ from guardcache.errors import (
 )
 from guardcache.llm.client import DEFAULT_TIMEOUT, ChatClient
 from guardcache.llm.pool import ClientPool, aclose_all, get_http_client
-from guardcache.llm.response import error_detail, parse_usage
+from guardcache.llm.response import error_summary, parse_usage
 from guardcache.llm.retry import RetryPolicy, parse_retry_after
 from guardcache.llm.types import Usage
 
@@ -257,7 +257,9 @@ async def test_503_retry_after_http_date_is_honoured() -> None:
 
 
 async def test_retry_after_longer_than_the_cap_is_cut_to_the_cap() -> None:
-    script = Script(httpx.Response(429, headers={"Retry-After": "120"}), ok())
+    # Within the budget (10 s by default) a long wait is cut; past it the call fails at once
+    # (tests/unit/test_llm_deadline.py).
+    script = Script(httpx.Response(429, headers={"Retry-After": "3"}), ok())
     async with script.client(retry=RetryPolicy(max_retry_after=0.25)) as client:
         await client.complete(MESSAGES)
     assert script.delays == [0.25]
@@ -296,12 +298,22 @@ async def test_401_message_says_to_check_the_api_key() -> None:
             await client.complete(MESSAGES)
 
 
-def test_server_error_detail_is_kept_short_and_only_when_a_string() -> None:
-    assert error_detail({"error": {"message": "max context is 4096"}}) == "max context is 4096"
-    assert error_detail({"detail": "Not Found"}) == "Not Found"
-    assert error_detail({"detail": [{"input": SECRET_USER_TEXT}]}) is None
-    long = error_detail({"message": "x" * 1000})
-    assert long is not None and len(long) == 160 and long.endswith("...")
+def test_server_error_summary_keeps_identifier_fields_and_never_the_message() -> None:
+    openai = {
+        "error": {
+            "message": f"you said {SECRET_USER_TEXT}",
+            "type": "invalid_request_error",
+            "param": "messages",
+            "code": "context_length_exceeded",
+        }
+    }
+    assert error_summary(openai) == "type=invalid_request_error, code=context_length_exceeded"
+    vllm = {"object": "error", "message": SECRET_USER_TEXT, "type": "BadRequestError", "code": 400}
+    assert error_summary(vllm) == "type=BadRequestError, code=400"
+    assert error_summary({"detail": "Not Found"}) is None
+    assert error_summary({"detail": [{"input": SECRET_USER_TEXT}]}) is None
+    assert error_summary({"error": {"type": SECRET_USER_TEXT, "code": "x" * 65}}) is None  # not identifiers
+    assert error_summary({"error": "a string error", "type": True}) is None
 
 
 # --- transport failures --------------------------------------------------------------------------

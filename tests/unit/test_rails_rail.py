@@ -29,7 +29,7 @@ class Scripted:
     def __init__(self, result: CheckOutcome | BaseException) -> None:
         self.result = result
 
-    async def run(self, variables: Mapping[str, Any]) -> CheckOutcome:
+    async def run(self, variables: Mapping[str, Any], deadline: float | None = None) -> CheckOutcome:
         if isinstance(self.result, BaseException):
             raise self.result
         return self.result

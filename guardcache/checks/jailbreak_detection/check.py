@@ -20,6 +20,7 @@ from guardcache.config import RailsConfig
 from guardcache.errors import ConfigError, ParseError
 from guardcache.flows import FlowSpec
 from guardcache.llm.client import ChatClient
+from guardcache.llm.transport import validate_base_url
 from guardcache.llm.types import ChatResult, Usage
 
 MODEL = "nvidia/nemoguard-jailbreak-detect"
@@ -29,12 +30,12 @@ class ClassifyClient(ChatClient):
     """POSTs ``{"input": text}`` to a classifier URL; the answer's JSON text is the result content."""
 
     def __init__(self, url: str, *, api_key: str | None, **kwargs: Any) -> None:
-        base = url.rsplit("/", 1)[0]
+        base = validate_base_url(url).rsplit("/", 1)[0]
         super().__init__(base, model=MODEL, api_key=api_key, provider="nim", **kwargs)
         self.url = url
 
-    async def classify(self, text: str) -> ChatResult:
-        return await self.send({"input": text})
+    async def classify(self, text: str, deadline: float | None = None) -> ChatResult:
+        return await self.send({"input": text}, deadline=deadline)
 
     def _parse(self, response: httpx.Response) -> ChatResult:
         return ChatResult(content=response.text, usage=Usage(0, 0, 0, 0, MODEL, "nim"), duration=0.0)
@@ -60,18 +61,18 @@ class ClassifyCheck:
         self.texts = TurnTexts(spec.variables, max_input_chars)
         self.namespace = Namespace.of("jailbreak_detection", client.url, "", {"~flow": spec.name})
 
-    async def _call(self, text: str) -> CachedCheck:
-        result = await self.client.classify(text)
+    async def _call(self, text: str, deadline: float | None) -> CachedCheck:
+        result = await self.client.classify(text, deadline)
         try:
             verdict: Verdict = self.parser(result.content)
         except ParseError as exc:
             raise Unreadable(str(exc), result.usage) from None
         return CachedCheck(verdict, result.usage)
 
-    async def run(self, variables: Mapping[str, Any]) -> CheckOutcome:
+    async def run(self, variables: Mapping[str, Any], deadline: float | None = None) -> CheckOutcome:
         text = self.texts.read(variables)["user_input"]
         key = digest(self.namespace, [text])
-        return await run_cached(self.task, self.cache, key, lambda: self._call(text))
+        return await run_cached(self.task, self.cache, key, lambda: self._call(text, deadline))
 
     async def prime(self) -> None:
         await self.client.classify(self.texts.read(WARM_UP_TEXTS)["user_input"])
