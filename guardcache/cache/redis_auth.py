@@ -66,20 +66,20 @@ def check_secret(secret: bytes, what: str = "secret") -> None:
 class RedisAuth:
     """Key names and value envelopes of one scope (``base``) under one secret.
 
-    Holds only derived subkeys, never shows them (``repr``), and keeps HMAC objects keyed once, so
-    each name, seal or open costs one ``copy`` + ``update`` instead of re-keying.
+    Holds only derived subkeys, never shows them (``repr``), and keeps HMAC objects keyed once (the
+    names one already fed the scope), so each name, seal or open costs a ``copy`` and an ``update``
+    instead of re-keying.
     """
 
-    __slots__ = ("_names", "_prefix", "_tags")
+    __slots__ = ("_names", "_tags")
 
     def __init__(self, secret: bytes, base: str) -> None:
         check_secret(secret)
         names_key = hmac.digest(secret, _NAMES_LABEL, "sha256")
         tags_key = hmac.digest(secret, _TAGS_LABEL, "sha256")
-        self._names = hmac.new(names_key, digestmod=hashlib.sha256)
-        self._tags = hmac.new(tags_key, digestmod=hashlib.sha256)
         encoded = base.encode("utf-8")
-        self._prefix = len(encoded).to_bytes(4, "big") + encoded
+        self._names = hmac.new(names_key, len(encoded).to_bytes(4, "big") + encoded, hashlib.sha256)
+        self._tags = hmac.new(tags_key, digestmod=hashlib.sha256)
 
     def __repr__(self) -> str:
         return "RedisAuth(<secret hidden>)"
@@ -87,15 +87,13 @@ class RedisAuth:
     def key_digest(self, key: Hashable) -> str:
         """The 64-hex name of ``key`` inside the braces: ``HMAC(names, base || key)``."""
         mac = self._names.copy()
-        mac.update(self._prefix)
         mac.update(key_bytes(key))
         return mac.hexdigest()
 
     def _tag(self, redis_key: str, header: bytes, payload: bytes) -> bytes:
         name = redis_key.encode("utf-8")
         mac = self._tags.copy()
-        mac.update(len(name).to_bytes(4, "big") + name + header)
-        mac.update(payload)
+        mac.update(b"".join((len(name).to_bytes(4, "big"), name, header, payload)))
         return mac.digest()[:TAG_BYTES]
 
     def seal(self, redis_key: str, payload: bytes, expires_at_ms: int) -> bytes:

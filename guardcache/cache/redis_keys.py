@@ -48,6 +48,8 @@ def glob_escape(text: str) -> str:
 def key_bytes(key: Hashable) -> bytes:
     """The bytes a cache key is named by: the bytes themselves for digests (guardcache's keys),
     else a blake2b digest of ``repr(key)``, so even a text key never reaches Redis as text."""
+    if type(key) is bytes:  # the hot path: guardcache's own keys
+        return key
     if isinstance(key, bytes | bytearray | memoryview):
         return bytes(key)
     return hashlib.blake2b(repr(key).encode("utf-8"), digest_size=32).digest()
