@@ -1,6 +1,6 @@
 """Shared Redis tier benchmark: four replicas with per-process caches vs the same four behind Redis.
 
-    python benchmarks/bench_redis.py [--replicas 4] [--checks 3000] [--concurrency 16]
+    python benchmarks/bench_redis.py [--replicas 4] [--checks 3000] [--concurrency 16] [--hit-only]
 
 Runs, against ONE NIM emulator in its own process (``EmulatorProcess``, calibrated latency) and one
 ``redis-server`` it starts on a free loopback port:
@@ -14,7 +14,12 @@ Runs, against ONE NIM emulator in its own process (``EmulatorProcess``, calibrat
 
 It prints backend calls and p50/p99 check latency side by side (target: the redis replicas together
 make no more backend calls than the lone replica, within 2%), then the cost of one Redis hit (L1
-empty, value in Redis) on loopback, p50 (target < 0.5 ms), next to a bare redis-py GET. Needs the
+empty, value in Redis) on loopback, p50 (target < 0.5 ms), authenticated (the real tier) next to the
+same tier with authentication swapped out (``PlainAuth``, defined here only: the pre-authentication
+key names and raw values; production has no such path) and a bare redis-py GET, the two tiers
+measured interleaved (key by key, alternating which goes first) so the machine's load hits both
+alike, plus the HMAC work of one hit on its own. ``--hit-only`` measures just that. The replicas get
+the tier's secret through ``GUARDCACHE_REDIS_SECRET`` (a random one unless it is set). Needs the
 ``server`` and ``redis`` extras and ``redis-server`` on PATH. Not part of the test run.
 """
 
@@ -22,7 +27,9 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import os
 import random
+import secrets
 import sys
 import tempfile
 import time
@@ -33,7 +40,8 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))  # for the replica script and the redis-server helper in tests/
 
 from guardcache.cache import LFUCache  # noqa: E402
-from guardcache.cache.redis import RedisSettings, build_tiered_cache  # noqa: E402
+from guardcache.cache.redis import RedisSettings, TieredCache, build_tiered_cache  # noqa: E402
+from guardcache.cache.redis_keys import key_hex  # noqa: E402
 from guardcache.checks import codec  # noqa: E402
 from guardcache.checks.verdict import CachedCheck, Verdict  # noqa: E402
 from guardcache.emulator import DEFAULT_MODEL, EmulatorConfig, EmulatorProcess  # noqa: E402
@@ -107,35 +115,98 @@ async def scenario(
     }
 
 
-async def redis_hit_cost(url: str, n: int = 3000) -> tuple[float, float]:
-    """p50 ms of a get_or_compute served by Redis (L1 empty), and of a bare redis-py GET."""
+class PlainAuth:
+    """The tier before authentication, for this comparison only: names are the cache key in hex,
+    values are stored and served as they are (what anyone with Redis access could forge)."""
+
+    def key_digest(self, key: bytes) -> str:
+        return key_hex(key)
+
+    def seal(self, name: str, payload: bytes, expires_at_ms: int) -> bytes:
+        return payload
+
+    def open(self, name: str, data: bytes, now_ms: int) -> tuple[bytes, int]:
+        return data, 0
+
+
+async def redis_hit_cost(url: str, n: int = 2000, rounds: int = 6) -> dict[str, float]:
+    """p50 ms of a get_or_compute served by Redis (L1 empty), authenticated and not, of a bare
+    redis-py GET, and p50 us of the HMAC work of one hit (name + open) alone."""
     value = CachedCheck(Verdict(True, (), "safe"), Usage(400, 6, 406, 256, DEFAULT_MODEL, "nim"))
-    settings = RedisSettings(url=url, key_prefix="benchhit", timeout_ms=50)
-    writer = build_tiered_cache(LFUCache(n), codec=codec, settings=settings, scope="cs:0")
+    # A generous budget: on a loaded machine a stall past 50 ms would turn one hit into a "miss";
+    # the budget does not change what a hit costs.
+    settings = RedisSettings(url=url, secret=secrets.token_bytes(32), key_prefix="benchhit", timeout_ms=1000)
     keys = [i.to_bytes(32, "big") for i in range(n)]
-    for key in keys:
-        await writer.aput(key, value)
-    reader = build_tiered_cache(LFUCache(n), codec=codec, settings=settings, scope="cs:0")
+
+    def tier(scope: str, plain: bool) -> TieredCache:
+        cache = build_tiered_cache(LFUCache(n + 1), codec=codec, settings=settings, scope=scope)
+        if plain:
+            cache.store._auth = PlainAuth()  # type: ignore[assignment]
+        return cache
 
     async def never() -> CachedCheck:
         raise AssertionError("a Redis hit must not call the backend")
 
-    await reader.get_or_compute(b"warm" * 8, lambda: value)  # connect first
-    tier_times = []
-    for key in keys:
-        t0 = time.perf_counter()
-        await reader.get_or_compute(key, never)
-        tier_times.append(time.perf_counter() - t0)
-    client = reader.store._client().client
+    readers: dict[str, TieredCache] = {}
+    for label, plain in (("auth", False), ("plain", True)):
+        writer = tier(f"cs:{label}", plain)
+        for key in keys:
+            await writer.aput(key, value)
+        await writer.aclose(flush=False)
+        readers[label] = tier(f"cs:{label}", plain)
+        await readers[label].get_or_compute(b"warm" * 8, lambda: value)  # connect first
+    times: dict[str, list[float]] = {"auth": [], "plain": []}
+    cpu = {"auth": 0.0, "plain": 0.0}  # this thread's CPU time: what other processes' load barely moves
+    for _ in range(rounds):
+        for reader in readers.values():
+            reader.clear()  # empty L1: every lookup below is a Redis hit
+        for i, key in enumerate(keys):  # interleaved, alternating order: both see the same load
+            for label in ("auth", "plain") if i % 2 == 0 else ("plain", "auth"):
+                c0, t0 = time.thread_time(), time.perf_counter()
+                await readers[label].get_or_compute(key, never)
+                times[label].append(time.perf_counter() - t0)
+                cpu[label] += time.thread_time() - c0
+    auth_reader = readers["auth"]
+    client = auth_reader.store._client().client
     raw_times = []
     for key in keys:
         t0 = time.perf_counter()
-        await client.get(writer.store.keys.value_key(key))
+        await client.get(auth_reader.store.value_key(key))
         raw_times.append(time.perf_counter() - t0)
-    assert reader.tier_stats().l2_hits == n
-    await reader.aclose()
-    await writer.aclose()
-    return percentile(tier_times, 0.5) * 1000, percentile(raw_times, 0.5) * 1000
+    # The authentication work of one hit, alone: one key name (HMAC) and one open (HMAC + compare).
+    auth = auth_reader.store._auth
+    sealed = {key: auth.seal(auth_reader.store.value_key(key), codec.encode(value), 2**62) for key in keys}
+    hmac_times = []
+    for key in keys:
+        t0 = time.perf_counter()
+        name = auth_reader.store.keys.value_key(auth.key_digest(key))
+        assert auth.open(name, sealed[key], 0) is not None
+        hmac_times.append(time.perf_counter() - t0)
+    for label, reader in readers.items():
+        assert reader.tier_stats().l2_hits == n * rounds, label
+        assert reader.tier_stats().l2_auth_failures == 0, label
+        await reader.aclose(flush=False)
+    return {
+        "auth_ms": percentile(times["auth"], 0.5) * 1000,
+        "plain_ms": percentile(times["plain"], 0.5) * 1000,
+        "auth_p99_ms": percentile(times["auth"], 0.99) * 1000,
+        "plain_p99_ms": percentile(times["plain"], 0.99) * 1000,
+        "get_ms": percentile(raw_times, 0.5) * 1000,
+        "auth_cpu_us": cpu["auth"] / (n * rounds) * 1e6,
+        "plain_cpu_us": cpu["plain"] / (n * rounds) * 1e6,
+        "hmac_us": percentile(hmac_times, 0.5) * 1e6,
+    }
+
+
+def print_hit_cost(hit: dict[str, float]) -> None:
+    print(
+        f"Redis hit (L1 empty, value in Redis), p50: authenticated {hit['auth_ms']:.3f} ms vs "
+        f"unauthenticated {hit['plain_ms']:.3f} ms (+{(hit['auth_ms'] - hit['plain_ms']) * 1000:.1f} us; "
+        f"target < 0.5 ms); p99 {hit['auth_p99_ms']:.3f} vs {hit['plain_p99_ms']:.3f} ms\n"
+        f"  CPU time per hit (mean, this process): {hit['auth_cpu_us']:.1f} vs {hit['plain_cpu_us']:.1f} us; "
+        f"HMAC work of one hit alone (key name + open) p50: {hit['hmac_us']:.1f} us; "
+        f"bare redis-py GET p50: {hit['get_ms']:.3f} ms"
+    )
 
 
 async def main() -> None:
@@ -148,7 +219,19 @@ async def main() -> None:
     parser.add_argument("--concurrency", type=int, default=8, help="checks in flight per replica")
     parser.add_argument("--timeout-ms", type=int, default=50, help="the Redis budget (config default 50)")
     parser.add_argument("--time-scale", type=float, default=1.0, help="emulator latency scale")
+    parser.add_argument("--hit-only", action="store_true", help="only the cost of one Redis hit")
     args = parser.parse_args()
+    # The replicas read the tier's secret from the default secret_env_var (inherited environment).
+    os.environ.setdefault("GUARDCACHE_REDIS_SECRET", secrets.token_hex(32))
+    if args.hit_only:
+        with tempfile.TemporaryDirectory() as redis_dir:
+            redis = RedisServer(Path(redis_dir))
+            redis.start()
+            try:
+                print_hit_cost(await redis_hit_cost(redis.url))
+            finally:
+                redis.kill()
+        return
 
     workloads = [
         zipf_workload(seed, args.checks, args.universe, args.alpha, args.unique_share)
@@ -166,7 +249,7 @@ async def main() -> None:
         redis.start()
         try:
             # First, while the machine is quiet: the cost of one Redis hit.
-            hit_p50, get_p50 = await redis_hit_cost(redis.url)
+            hit = await redis_hit_cost(redis.url)
             async with EmulatorProcess(emu_config) as emu:
                 n = args.concurrency
                 rows = [
@@ -196,10 +279,7 @@ async def main() -> None:
             f"{shared['backend_calls'] / alone['backend_calls']:.3f} (target <= 1.02); "
             f"{shared['warning_lines']} WARNING lines logged by the {len(workloads)} replicas"
         )
-    print(
-        f"Redis hit (L1 empty, value in Redis), p50: {hit_p50:.3f} ms (target < 0.5 ms); "
-        f"bare redis-py GET p50: {get_p50:.3f} ms"
-    )
+    print_hit_cost(hit)
 
 
 if __name__ == "__main__":

@@ -3,6 +3,9 @@
 Operators run this against a live Redis, so it only ever iterates with ``SCAN MATCH .. COUNT``
 (never ``KEYS``, which blocks the server) and deletes with ``UNLINK`` in batches (freed in the
 background). It connects with each model's own ``cache.redis`` settings from the config.
+
+It needs no Redis secret (only the URL): counting and deleting go by key prefix and scope, which are
+public, while the digests inside the braces are HMACs only the replicas can compute.
 """
 
 from __future__ import annotations
@@ -111,18 +114,22 @@ def _usage(parser: argparse.ArgumentParser) -> int:
 def targets(config_path: str, model_type: str | None) -> list[Target]:
     """The redis-backed models of a config (only ``model_type`` when given)."""
     from guardcache.config import RailsConfig
-    from guardcache.rails.caches import redis_settings
+    from guardcache.rails.caches import redis_url
 
     config = RailsConfig.from_path(config_path)
     found: list[Target] = []
-    for model in config.models:
-        if not (model.cache.enabled and model.cache.store == "redis"):
+    for i, model in enumerate(config.models):
+        redis_cfg = model.cache.redis
+        if not (model.cache.enabled and model.cache.store == "redis") or redis_cfg is None:
             continue
         if model_type is not None and model.type != model_type:
             continue
-        settings = redis_settings(model)
-        keys = KeySpace(settings.key_prefix, model_scope(model.type, model.model))
-        found.append(Target(model.type, model.model, settings.url, keys, int(settings.ttl_s)))
+        url = redis_url(model, where=f"{config.source or '<config>'}: models[{i}]")
+        try:
+            keys = KeySpace(redis_cfg.key_prefix, model_scope(model.type, model.model))
+        except ValueError as exc:
+            raise ConfigError(f"{config.source or '<config>'}: models[{i}].cache.redis: {exc}") from exc
+        found.append(Target(model.type, model.model, url, keys, redis_cfg.ttl))
     if not found:
         redis_models = [m.type for m in config.models if m.cache.enabled and m.cache.store == "redis"]
         which = f"model type {model_type!r}" if model_type else "any model"
@@ -178,6 +185,7 @@ def model_stats(client: redis.Redis, target: Target) -> dict[str, Any]:
             "computations": totals.computations,
             "l2_hits": totals.l2_hits,
             "l2_errors": totals.l2_errors,
+            "l2_auth_failures": totals.l2_auth_failures,
             "lease_waits": totals.lease_waits,
             "lease_takeovers": totals.lease_takeovers,
             "hit_rate": totals.hit_rate,
@@ -228,7 +236,8 @@ def _print_model(s: dict[str, Any]) -> None:
     )
     print(
         f"  global: lookups {g['lookups']} | backend calls {g['computations']} | "
-        f"L2 hits {g['l2_hits']} | L2 errors {g['l2_errors']} | lease waits {g['lease_waits']} | "
+        f"L2 hits {g['l2_hits']} | L2 errors {g['l2_errors']} | "
+        f"L2 auth failures {g['l2_auth_failures']} | lease waits {g['lease_waits']} | "
         f"takeovers {g['lease_takeovers']} | hit rate {rate}"
     )
 

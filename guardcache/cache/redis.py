@@ -4,13 +4,15 @@ Needs the ``redis`` extra (``pip install 'guardcache[redis]'``); ``import guardc
 The pieces, one job each:
 
 - :mod:`~guardcache.cache.redis_keys`   key layout (``{prefix}:{scope}:{<hex digest>}``), scopes
+- :mod:`~guardcache.cache.redis_auth`   key names and value tags (HMAC-SHA256 under the secret)
 - :mod:`~guardcache.cache.redis_health` circuit breaker and throttled warnings (pure, clock-driven)
 - :mod:`~guardcache.cache.redis_store`  the Redis operations, each within ``timeout_ms``, never raising
 - :mod:`~guardcache.cache.redis_stats`  ``TierStats`` and the counters shared through Redis
 - :mod:`~guardcache.cache.tiered`       ``TieredCache``: L1 -> Redis -> backend, leases, stats flushing
 
 Like the rest of ``guardcache.cache`` this knows nothing of config files or LLMs: it takes plain
-settings and a codec (``guardcache.rails.caches`` does the wiring from ``ModelConfig``).
+settings (including the secret) and a codec (``guardcache.rails.caches`` does the wiring from
+``ModelConfig`` and the environment).
 """
 
 from __future__ import annotations

@@ -2,7 +2,9 @@
 
 One model's entries live under ``{prefix}:{scope}:``; a value is ``{prefix}:{scope}:{<hex digest>}``,
 its lease ``{prefix}:{scope}:{<hex digest>}:lease`` and the model's shared counters
-``{prefix}:{scope}:stats``. Why this shape:
+``{prefix}:{scope}:stats``. The digest is NOT the cache key: it is an HMAC of it under the operator's
+secret (:class:`~guardcache.cache.redis_auth.RedisAuth`), so no one can compute the key of a chosen
+text from the config. This module only lays keys out; it holds no secret. Why this shape:
 
 - ``scope`` (e.g. ``content_safety:1a2b3c4d``: model type + a short hash of the model name) exists for
   operators: the CLI can count or clear one model with ``SCAN MATCH {prefix}:{scope}:*``. It is NOT
@@ -43,12 +45,19 @@ def glob_escape(text: str) -> str:
     return _GLOB_SPECIALS.sub(r"\\\1", text)
 
 
-def key_hex(key: Hashable) -> str:
-    """The hex form of a cache key: the bytes themselves for digests (guardcache's keys), else a
-    blake2b digest of ``repr(key)``, so even a text key never reaches Redis as text."""
+def key_bytes(key: Hashable) -> bytes:
+    """The bytes a cache key is named by: the bytes themselves for digests (guardcache's keys),
+    else a blake2b digest of ``repr(key)``, so even a text key never reaches Redis as text."""
+    if type(key) is bytes:  # the hot path: guardcache's own keys
+        return key
     if isinstance(key, bytes | bytearray | memoryview):
-        return bytes(key).hex()
-    return hashlib.blake2b(repr(key).encode("utf-8"), digest_size=32).hexdigest()
+        return bytes(key)
+    return hashlib.blake2b(repr(key).encode("utf-8"), digest_size=32).digest()
+
+
+def key_hex(key: Hashable) -> str:
+    """:func:`key_bytes` in hex."""
+    return key_bytes(key).hex()
 
 
 @dataclass(frozen=True, slots=True)
@@ -72,11 +81,13 @@ class KeySpace:
         """``{prefix}:{scope}:``, the start of every key of this scope."""
         return f"{self.prefix}:{self.scope}:"
 
-    def value_key(self, key: Hashable) -> str:
-        return f"{self.base}{{{key_hex(key)}}}"
+    def value_key(self, digest: str) -> str:
+        """The value's key for a name ``digest`` (the store derives it with its secret)."""
+        return f"{self.base}{{{digest}}}"
 
-    def lease_key(self, key: Hashable) -> str:
-        return f"{self.base}{{{key_hex(key)}}}{LEASE_SUFFIX}"
+    def lease_key(self, digest: str) -> str:
+        """The lease's key for a name ``digest``: same hash tag (slot) as the value."""
+        return f"{self.base}{{{digest}}}{LEASE_SUFFIX}"
 
     @property
     def stats_key(self) -> str:
@@ -117,6 +128,7 @@ __all__ = [
     "LEASE_SUFFIX",
     "KeySpace",
     "glob_escape",
+    "key_bytes",
     "key_hex",
     "model_scope",
     "prefix_pattern",

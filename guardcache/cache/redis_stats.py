@@ -17,7 +17,15 @@ from typing import Any
 log = logging.getLogger("guardcache.cache.redis")
 
 #: Fields of the shared hash; each replica adds its deltas to them.
-GLOBAL_FIELDS = ("lookups", "computations", "l2_hits", "l2_errors", "lease_waits", "lease_takeovers")
+GLOBAL_FIELDS = (
+    "lookups",
+    "computations",
+    "l2_hits",
+    "l2_errors",
+    "l2_auth_failures",
+    "lease_waits",
+    "lease_takeovers",
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -28,6 +36,7 @@ class GlobalTierStats:
     computations: int = 0
     l2_hits: int = 0
     l2_errors: int = 0
+    l2_auth_failures: int = 0
     lease_waits: int = 0
     lease_takeovers: int = 0
     fetched_at: float = 0.0  # time.time() of the read
@@ -57,8 +66,14 @@ class TierStats:
 
     - ``lookups`` = L1 hits + L1 misses (the LFU's view); ``l1_hits`` excludes ``coalesced`` askers
       (joined an in-flight load in this process).
-    - Every L1 miss that reached Redis is an ``l2_hits`` or ``l2_misses`` (absent, expired or
-      ``l2_corrupt``) or ``l2_unavailable`` (circuit open, or the operation failed).
+    - Every L1 miss that reached Redis is an ``l2_hits`` or ``l2_misses`` (absent, expired,
+      ``l2_corrupt`` or failed authentication) or ``l2_unavailable`` (circuit open, or the operation
+      failed). ``l2_previous_hits`` (part of ``l2_hits``): values found under the previous secret
+      during a key rotation, and re-written under the current one.
+    - ``l2_auth_failures``: values read from Redis whose authentication failed (forged, tampered,
+      moved from another key, sealed with another secret, kept past their expiry); each is a miss.
+      Anything above zero means something other than the replicas writes to Redis (or a replica
+      runs with another secret), and it is logged (rate-limited) as a WARNING.
     - ``l2_errors`` counts failed Redis operations of any kind (reads, writes, stats flushes, probes).
     - ``computations`` counts backend calls started here (failed ones included).
     - ``lease_waits``: loads that waited for another replica's lease; ``lease_takeovers``: loads
@@ -72,6 +87,8 @@ class TierStats:
     l2_hits: int = 0
     l2_misses: int = 0
     l2_corrupt: int = 0
+    l2_auth_failures: int = 0
+    l2_previous_hits: int = 0
     l2_errors: int = 0
     l2_unavailable: int = 0
     computations: int = 0
@@ -103,6 +120,7 @@ class TierStats:
             f"L2 Misses: {self.l2_misses} | L2 Errors: {self.l2_errors} | "
             f"Backend Calls: {self.computations} | Lease Waits: {self.lease_waits} | "
             f"Coalesced: {self.coalesced} | Global Hit Rate: {global_rate}"
+            + (f" | L2 Auth Failures: {self.l2_auth_failures}" if self.l2_auth_failures else "")
             + (" | Circuit: open" if self.circuit_open else "")
         )
 
@@ -112,6 +130,7 @@ _LOCAL_FIELDS = (
     "l2_hits",
     "l2_misses",
     "l2_corrupt",
+    "l2_previous_hits",
     "l2_unavailable",
     "computations",
     "lease_waits",

@@ -9,6 +9,13 @@ before the reply was lost. Errors are counted, logged through a
 :class:`~guardcache.cache.redis_health.ThrottledLog`, and open the
 :class:`~guardcache.cache.redis_health.CircuitBreaker`, whose probe runs in the background.
 
+Every value crosses Redis sealed (see :mod:`~guardcache.cache.redis_auth`): the store names keys with
+an HMAC of the cache key and wraps each payload in an authenticated envelope; a read returns a
+:class:`Found` only for a value sealed for that key with this store's secret and not expired, else a
+:class:`Rejected` (counted in ``auth_failures``, logged at most once per quiet period). Raw bytes
+never reach the caller as a value. During a key rotation (``previous_secret``) a read that finds
+nothing under the new name also reads the old name in the same round trip.
+
 Each operation runs under a :class:`~guardcache.cache.redis_health.StallTolerantTimeout` of
 ``timeout_ms``: a slow Redis times out on time, but a deadline missed because this process's event
 loop was blocked (lazy imports, GC, a starved CPU) is extended, since Redis most likely answered.
@@ -39,6 +46,7 @@ from redis.backoff import NoBackoff
 from redis.commands.core import AsyncScript
 from redis.exceptions import RedisError
 
+from guardcache.cache.redis_auth import RedisAuth, check_secret
 from guardcache.cache.redis_health import CircuitBreaker, Clock, StallTolerantTimeout, ThrottledLog
 from guardcache.cache.redis_keys import KeySpace
 from guardcache.cache.redis_stats import log
@@ -48,12 +56,20 @@ T = TypeVar("T")
 _GRACE = 2  # deadline extensions granted when the event loop (not Redis) was stalled
 
 # A value, or the lease: 1 = acquired by this token, 0 = held by someone else. ARGV[3] is a value the
-# caller could not decode: it counts as absent, so a corrupt entry is recomputed under the lease.
+# caller rejected (failed authentication, or undecodable): it counts as absent, so the entry is
+# recomputed under the lease and overwritten. KEYS[3], only during a key rotation, is the same entry's
+# name under the previous secret: when the value is absent, {lease flag, old value} if one exists.
+# (Three keys in one script need one node: standalone Redis/Valkey, which is what the store uses.)
 _GET_OR_LEASE = """
 local v = redis.call('GET', KEYS[1])
 if v and v ~= ARGV[3] then return v end
-if redis.call('SET', KEYS[2], ARGV[1], 'NX', 'PX', ARGV[2]) then return 1 end
-return 0
+local leased = 0
+if redis.call('SET', KEYS[2], ARGV[1], 'NX', 'PX', ARGV[2]) then leased = 1 end
+if KEYS[3] then
+  local old = redis.call('GET', KEYS[3])
+  if old then return {leased, old} end
+end
+return leased
 """
 # Write the value, then drop the lease only if it is still ours (it may have expired and been taken).
 _SET_AND_RELEASE = """
@@ -86,13 +102,42 @@ FAILED = Unavailable.FAILED
 
 
 @dataclass(frozen=True, slots=True)
+class Found:
+    """A value that passed authentication: sealed for this key, with this store's secret (or, when
+    ``previous``, the previous secret during a rotation), and not expired."""
+
+    payload: bytes  # what the caller stored: the codec's bytes
+    raw: bytes = field(repr=False)  # the envelope as Redis holds it (to ignore it if undecodable)
+    expires_at_ms: int  # authenticated expiry (wall clock, ms): a re-write keeps it
+    previous: bool = False  # read under the previous secret's name: re-write it under the new one
+    lease: Lease | None = None  # previous values only: the new name's lease, taken in the same trip
+
+
+@dataclass(frozen=True, slots=True)
+class Rejected:
+    """A value under this key that failed authentication: a miss (already counted and logged)."""
+
+    raw: bytes = field(repr=False)  # what Redis holds, for ``get_or_lease(ignore=...)``
+
+
+def _now_ms() -> int:
+    """Wall-clock milliseconds: expiries are compared across hosts (keep their clocks in sync)."""
+    return time.time_ns() // 1_000_000
+
+
+@dataclass(frozen=True, slots=True)
 class RedisSettings:
     """Plain settings of the shared tier (no config objects: ``guardcache.cache`` is standalone).
 
-    ``url`` is excluded from ``repr`` because it may carry a password.
+    ``url`` is excluded from ``repr`` because it may carry a password, ``secret`` and
+    ``previous_secret`` because they authenticate every entry. ``secret`` (at least 16 bytes) names
+    keys and tags values; ``previous_secret``, during a key rotation only, is also accepted on read
+    (entries found under it are re-written under ``secret``). There is no unauthenticated mode: a
+    shared tier anyone with Redis access could fill with verdicts is worse than no shared tier.
     """
 
     url: str = field(repr=False)
+    secret: bytes = field(repr=False)
     ttl_s: float = 86400.0  # entries expire in Redis (SET ... PX)
     key_prefix: str = "guardcache"
     timeout_ms: float = 50.0  # budget of each Redis operation
@@ -103,6 +148,7 @@ class RedisSettings:
     breaker_cap_s: float = 5.0
     stats_flush_interval_s: float = 10.0  # push counter deltas at most this long after a lookup
     stats_flush_events: int = 1000  # ... or after this many lookups, whichever comes first
+    previous_secret: bytes | None = field(default=None, repr=False)  # during a key rotation only
 
     def __post_init__(self) -> None:
         positive = ("ttl_s", "timeout_ms", "pool_size", "lease_ms", "breaker_base_s")
@@ -113,6 +159,13 @@ class RedisSettings:
             raise ValueError("RedisSettings: need wait_margin_ms >= 0 and breaker_cap_s >= breaker_base_s")
         if not self.url.startswith(("redis://", "rediss://", "unix://")):
             raise ValueError("RedisSettings.url must be a redis://, rediss:// or unix:// URL")
+        check_secret(self.secret, "secret")
+        if self.previous_secret is not None:
+            check_secret(self.previous_secret, "previous secret")
+            if self.previous_secret == self.secret:
+                raise ValueError(
+                    "the previous Redis secret equals the current one: drop it, or give the old one"
+                )
 
     @property
     def ttl_ms(self) -> int:
@@ -151,6 +204,12 @@ class RedisStore:
     def __init__(self, settings: RedisSettings, keys: KeySpace, *, clock: Clock = time.monotonic) -> None:
         self.settings = settings
         self.keys = keys
+        self._auth = RedisAuth(settings.secret, keys.base)
+        self._previous = (
+            RedisAuth(settings.previous_secret, keys.base) if settings.previous_secret is not None else None
+        )
+        self._auth_failures = 0
+        self._auth_warn = ThrottledLog(log, clock=clock)
         self._timeout = settings.timeout_s
         self._ttl_ms = settings.ttl_ms
         self._lease_ms = str(settings.lease_ms)
@@ -163,6 +222,12 @@ class RedisStore:
         self._errors = 0
         self._probes: set[asyncio.Task[None]] = set()
         self._where = f"{redacted(settings.url)} ({keys.base}*)"
+        if self._previous is not None:
+            log.info(
+                "Redis tier %s: key rotation on: entries sealed with the previous secret are read and "
+                "re-written with the current one",
+                self._where,
+            )
 
     # -- plumbing ---------------------------------------------------------------------------------
 
@@ -247,6 +312,52 @@ class RedisStore:
         else:
             self._recovered()
 
+    # -- names and envelopes ----------------------------------------------------------------------
+
+    def value_key(self, key: Any) -> str:
+        """The Redis key of ``key``'s value: its name is an HMAC under the secret."""
+        return self.keys.value_key(self._auth.key_digest(key))
+
+    def lease_key(self, key: Any) -> str:
+        """The Redis key of ``key``'s lease (same name, same cluster slot as the value)."""
+        return self.keys.lease_key(self._auth.key_digest(key))
+
+    def previous_value_key(self, key: Any) -> str | None:
+        """The value's key under the previous secret while rotating, else None."""
+        if self._previous is None:
+            return None
+        return self.keys.value_key(self._previous.key_digest(key))
+
+    def _seal(self, name: str, payload: bytes, expires_at_ms: int | None) -> tuple[bytes, int]:
+        """The envelope and its PX: now + ttl, or what is left until ``expires_at_ms``."""
+        now = _now_ms()
+        if expires_at_ms is None:
+            expires_at_ms = now + self._ttl_ms
+        return self._auth.seal(name, payload, expires_at_ms), max(1, expires_at_ms - now)
+
+    def _open(
+        self, name: str, raw: Any, *, previous: bool = False, lease: Lease | None = None
+    ) -> Found | Rejected:
+        """Authenticate what Redis returned for ``name`` (not nil)."""
+        data = raw if isinstance(raw, bytes) else str(raw).encode()
+        auth = self._previous if previous else self._auth
+        opened = auth.open(name, data, _now_ms()) if auth is not None else None
+        if opened is None:
+            self._rejected()
+            return Rejected(data)
+        payload, expires_at_ms = opened
+        return Found(payload, data, expires_at_ms, previous, lease)
+
+    def _rejected(self) -> None:
+        with self._lock:
+            self._auth_failures += 1
+        # Never the key's text (there is none: keys are digests) nor the value: only where.
+        self._auth_warn.warning(
+            f"Redis tier {self._where}: a value failed authentication (forged, tampered, moved from "
+            "another key, sealed with another secret, or kept past its expiry); served as a miss "
+            "and overwritten"
+        )
+
     # -- operations -------------------------------------------------------------------------------
 
     async def ping(self) -> bool:
@@ -257,46 +368,76 @@ class RedisStore:
 
         return await self._run(op) is True
 
-    async def get(self, key: Any) -> bytes | Unavailable | None:
-        """The stored bytes, None when absent."""
+    async def get(self, key: Any) -> Found | Rejected | Unavailable | None:
+        """The authenticated value, None when absent (or, rotating, absent under both names)."""
+        name = self.value_key(key)
+        old = self.previous_value_key(key)
 
-        async def op(c: _LoopClient) -> bytes | None:
-            value = await c.client.get(self.keys.value_key(key))
-            return value if isinstance(value, bytes) or value is None else str(value).encode()
+        async def op(c: _LoopClient) -> Found | Rejected | None:
+            if old is None:
+                current = await c.client.get(name)
+                return None if current is None else self._open(name, current)
+            current, previous = await c.client.mget(name, old)
+            if current is not None:
+                return self._open(name, current)
+            found = None if previous is None else self._open(old, previous, previous=True)
+            return found if isinstance(found, Found) else None
 
         return await self._run(op)
 
-    async def get_or_lease(self, key: Any, token: str, ignore: bytes = b"") -> bytes | Lease | Unavailable:
-        """In one round trip: the value (unless it equals ``ignore``), else try to take the lease."""
+    async def get_or_lease(
+        self, key: Any, token: str, ignore: bytes = b""
+    ) -> Found | Rejected | Lease | Unavailable:
+        """In one round trip: the value (unless it is ``ignore``), else try to take the lease.
 
-        async def op(c: _LoopClient) -> bytes | Lease:
-            reply = await c.get_or_lease(
-                keys=[self.keys.value_key(key), self.keys.lease_key(key)],
-                args=[token, self._lease_ms, ignore],
-            )
+        Rotating, an absent value also reads the previous name: a valid value there comes back as a
+        ``Found`` with ``previous`` set and ``lease`` telling whether this call took the new lease
+        (then the caller must write or release it, as for ``Lease.ACQUIRED``)."""
+        digest = self._auth.key_digest(key)
+        name, lease = self.keys.value_key(digest), self.keys.lease_key(digest)
+        old = self.previous_value_key(key)
+        keys = [name, lease] if old is None else [name, lease, old]
+
+        async def op(c: _LoopClient) -> Found | Rejected | Lease:
+            reply = await c.get_or_lease(keys=keys, args=[token, self._lease_ms, ignore])
             if isinstance(reply, bytes):
-                return reply
+                return self._open(name, reply)
+            if isinstance(reply, list) and old is not None:  # rotating: [lease flag, old value]
+                flag = Lease.ACQUIRED if reply[0] == 1 else Lease.HELD
+                previous = self._open(old, reply[1], previous=True, lease=flag)
+                return previous if isinstance(previous, Found) else flag
             return Lease.ACQUIRED if reply == 1 else Lease.HELD
 
         return await self._run(op)
 
-    async def set(self, key: Any, value: bytes) -> bool:
-        """``SET key value PX ttl``; whether it was stored."""
+    async def set(self, key: Any, payload: bytes, *, expires_at_ms: int | None = None) -> bool:
+        """Seal ``payload`` for the key and ``SET ... PX`` until its expiry (now + ttl unless
+        given: a rotation re-write keeps the original expiry); whether it was stored."""
+        name = self.value_key(key)
 
         async def op(c: _LoopClient) -> bool:
-            return bool(await c.client.set(self.keys.value_key(key), value, px=self._ttl_ms))
+            data, px = self._seal(name, payload, expires_at_ms)
+            return bool(await c.client.set(name, data, px=px))
 
         return await self._run(op) is True
 
-    async def set_and_release(self, key: Any, value: bytes, token: str, *, force: bool = False) -> bool:
-        """Store the value and drop our lease (if still ours) in one round trip; ``force``: even
-        with the circuit open (cleanup after a lease request whose reply was lost)."""
+    async def set_and_release(
+        self,
+        key: Any,
+        payload: bytes,
+        token: str,
+        *,
+        force: bool = False,
+        expires_at_ms: int | None = None,
+    ) -> bool:
+        """Store the sealed value and drop our lease (if still ours) in one round trip; ``force``:
+        even with the circuit open (cleanup after a lease request whose reply was lost)."""
+        digest = self._auth.key_digest(key)
+        name, lease = self.keys.value_key(digest), self.keys.lease_key(digest)
 
         async def op(c: _LoopClient) -> bool:
-            await c.set_and_release(
-                keys=[self.keys.value_key(key), self.keys.lease_key(key)],
-                args=[value, self._ttl_ms, token],
-            )
+            data, px = self._seal(name, payload, expires_at_ms)
+            await c.set_and_release(keys=[name, lease], args=[data, px, token])
             return True
 
         return await self._run(op, force=force) is True
@@ -305,15 +446,20 @@ class RedisStore:
         """Drop our lease (compare-and-delete: never someone else's); whether it was deleted."""
 
         async def op(c: _LoopClient) -> bool:
-            return bool(await c.release(keys=[self.keys.lease_key(key)], args=[token]))
+            return bool(await c.release(keys=[self.lease_key(key)], args=[token]))
 
         return await self._run(op, force=force) is True
 
     async def delete(self, key: Any) -> bool:
-        """Remove the value; whether it existed."""
+        """Remove the value (rotating: under both names, or a read would bring it back); whether it
+        existed."""
+        names = [self.value_key(key)]
+        old = self.previous_value_key(key)
+        if old is not None:
+            names.append(old)
 
         async def op(c: _LoopClient) -> bool:
-            return bool(await c.client.unlink(self.keys.value_key(key)))
+            return bool(await c.client.unlink(*names))
 
         return await self._run(op) is True
 
@@ -342,12 +488,18 @@ class RedisStore:
         return self._errors
 
     @property
+    def auth_failures(self) -> int:
+        """Values read from Redis that failed authentication (each served as a miss)."""
+        return self._auth_failures
+
+    @property
     def warnings_logged(self) -> int:
-        return self._warn.emitted
+        return self._warn.emitted + self._auth_warn.emitted
 
     def reset_counters(self) -> None:
         with self._lock:
             self._errors = 0
+            self._auth_failures = 0
 
     async def aclose(self) -> None:
         """Close the running loop's client (other loops' clients close with their loops)."""
@@ -356,4 +508,14 @@ class RedisStore:
             await state.client.aclose()
 
 
-__all__ = ["FAILED", "SKIPPED", "Lease", "RedisSettings", "RedisStore", "Unavailable", "redacted"]
+__all__ = [
+    "FAILED",
+    "SKIPPED",
+    "Found",
+    "Lease",
+    "RedisSettings",
+    "RedisStore",
+    "Rejected",
+    "Unavailable",
+    "redacted",
+]

@@ -16,9 +16,14 @@ A load (``get_or_compute``) goes L1 -> Redis -> backend:
    lease is free again (they take it over: a crashed leader costs at most ``lease_ms``). No one waits
    longer than ``lease_ms + wait_margin_ms``: after that the waiter computes without the lease.
 
-Values cross Redis only through the codec (versioned bytes, never pickle); a value the codec cannot
-read is a miss, recomputed under the lease and overwritten. When Redis is unusable (down, slow,
-refusing, circuit open) a load computes at once: no request fails or waits because of Redis.
+Values cross Redis only through the codec (versioned bytes, never pickle), sealed by the store with
+the operator's secret (:mod:`~guardcache.cache.redis_auth`): a value that fails authentication
+(anyone who can write Redis could have planted it) or that the codec cannot read is a miss,
+recomputed under the lease and overwritten. A load gives up on Redis after
+``_MAX_REJECTED`` such values (a writer swapping values as fast as we read them) and computes. During
+a key rotation a value found under the previous secret's name is served and re-written under the new
+name, keeping its original expiry. When Redis is unusable (down, slow, refusing, circuit open) a load
+computes at once: no request fails or waits because of Redis.
 
 The synchronous ``get``/``put``/``contains``/``delete``/``clear`` touch L1 only: they cannot await a
 network call, and blocking on one inside an event loop would stall every request of the loop. Use
@@ -40,11 +45,12 @@ from guardcache.cache.interface import MISSING, CacheInterface, ComputeFn
 from guardcache.cache.lfu import LFUCache
 from guardcache.cache.redis_health import Clock
 from guardcache.cache.redis_stats import GLOBAL_FIELDS, GlobalTierStats, TierCounters, TierStats, log
-from guardcache.cache.redis_store import FAILED, Lease, RedisStore, Unavailable
+from guardcache.cache.redis_store import FAILED, Found, Lease, RedisStore, Rejected, Unavailable
 from guardcache.cache.stats import CacheStats, StatsReporter, default_reporter
 
 _POLL_FIRST_S = 0.002
 _POLL_MAX_S = 0.05
+_MAX_REJECTED = 3  # unusable values (forged or undecodable) one load reads before it stops asking
 
 
 class Codec(Protocol):
@@ -109,7 +115,8 @@ class TieredCache(CacheInterface):
         """L2 then backend, for one L1 miss (already coalesced in this process by the L1)."""
         count = self._counters.add
         token = secrets.token_hex(8)
-        ignore = b""  # a value we could not decode: absent for the script, so we recompute it
+        ignore = b""  # a value we rejected: absent for the script, so we recompute and overwrite it
+        rejected = 0
         waiting_since: float | None = None
         delay = _POLL_FIRST_S
         while True:
@@ -121,13 +128,25 @@ class TieredCache(CacheInterface):
                 # other replica would wait up to lease_ms for a computation nobody is running.
                 await self._settle(key, token, None)
                 raise
-            if isinstance(found, bytes):
-                value = self._decode(found)
+            if isinstance(found, Found):
+                value = self._decode(found.payload)
                 if value is not None:
                     count("l2_hits")
+                    if found.previous:
+                        count("l2_previous_hits")
+                        if found.lease is Lease.ACQUIRED:  # re-write it under the new name
+                            await self._settle(key, token, found.payload, found.expires_at_ms)
                     return value
                 count("l2_corrupt")
-                ignore = found
+                # Unreadable under the current name: reject it like a forgery. Under the previous
+                # name (rotating): as if absent, the reply's lease outcome decides.
+                found = Rejected(found.raw) if found.lease is None else found.lease
+            if isinstance(found, Rejected):  # failed authentication (counted by the store), or corrupt
+                rejected += 1
+                if rejected >= _MAX_REJECTED:
+                    count("l2_misses")
+                    return await self._compute_and_store(key, compute_fn)
+                ignore = found.raw
                 continue
             if found is Lease.ACQUIRED:
                 count("l2_misses")
@@ -185,8 +204,11 @@ class TieredCache(CacheInterface):
             await self.store.set(key, data)
         return value
 
-    async def _settle(self, key: Hashable, token: str, data: bytes | None) -> None:
-        """Write the value (if any) and release the lease, even with the circuit open (``force``):
+    async def _settle(
+        self, key: Hashable, token: str, data: bytes | None, expires_at_ms: int | None = None
+    ) -> None:
+        """Write the value (if any; until ``expires_at_ms`` when given, else for the TTL) and
+        release the lease, even with the circuit open (``force``):
         after a blip a lease left behind would make every other replica wait up to ``lease_ms``.
         Inline while the circuit is closed (the normal path: one round trip); in the background
         while it is open, so a failing Redis never delays the request. Shielded: a cancelled
@@ -194,7 +216,7 @@ class TieredCache(CacheInterface):
         if data is None:
             work = self.store.release(key, token, force=True)
         else:
-            work = self.store.set_and_release(key, data, token, force=True)
+            work = self.store.set_and_release(key, data, token, force=True, expires_at_ms=expires_at_ms)
         if self.store.breaker.closed:
             await asyncio.shield(work)
         else:
@@ -220,22 +242,26 @@ class TieredCache(CacheInterface):
             return None
 
     async def aget(self, key: Hashable, default: Any = None) -> Any:
-        """L1, then Redis (a hit fills L1), else ``default``. No backend, no lease."""
+        """L1, then Redis (a hit fills L1), else ``default``. No backend, no lease. Rotating, a value
+        found under the previous secret's name is re-written under the new one."""
         value = self.l1.get(key, MISSING)
         if value is not MISSING:
             return value
         found = await self.store.get(key)
         if isinstance(found, Unavailable):
             self._counters.add("l2_unavailable")
-        elif found is None:
-            self._counters.add("l2_misses")
-        else:
-            value = self._decode(found)
+        elif isinstance(found, Found):
+            value = self._decode(found.payload)
             if value is not None:
                 self._counters.add("l2_hits")
                 self.l1.put(key, value)
+                if found.previous:
+                    self._counters.add("l2_previous_hits")
+                    await self.store.set(key, found.payload, expires_at_ms=found.expires_at_ms)
                 return value
             self._counters.add("l2_corrupt")
+            self._counters.add("l2_misses")
+        else:  # absent, or failed authentication (counted by the store)
             self._counters.add("l2_misses")
         return default
 
@@ -301,6 +327,7 @@ class TieredCache(CacheInterface):
             l1_hits=l1.hits - l1.coalesced,
             coalesced=l1.coalesced,
             l2_errors=self.store.errors,
+            l2_auth_failures=self.store.auth_failures,
             warnings_logged=self.store.warnings_logged,
             circuit_open=not self.store.breaker.closed,
             global_stats=self._global,
@@ -332,6 +359,7 @@ class TieredCache(CacheInterface):
             "computations": mine["computations"],
             "l2_hits": mine["l2_hits"],
             "l2_errors": self.store.errors,
+            "l2_auth_failures": self.store.auth_failures,
             "lease_waits": mine["lease_waits"],
             "lease_takeovers": mine["lease_takeovers"],
         }

@@ -112,8 +112,18 @@ class CacheStatsConfig(BaseModel):
     log_interval: PositiveFloat | None = None  # seconds between stats log lines; None: never
 
 
+DEFAULT_REDIS_SECRET_ENV_VAR = "GUARDCACHE_REDIS_SECRET"
+
+
 class RedisConfig(BaseModel):
-    """The shared Redis tier of a model's cache. Give the URL, or the env var holding it (secrets)."""
+    """The shared Redis tier of a model's cache. Give the URL, or the env var holding it (secrets).
+
+    Entries are authenticated with a secret read from the environment (``secret_env_var``, never
+    from YAML) when the cache is built; an unset or short secret stops start-up (see
+    ``guardcache.rails.caches.redis_settings``): a shared tier anyone with Redis access could fill
+    with verdicts must not start silently. ``previous_secret_env_var`` names where the old secret is
+    during a key rotation; unset or empty there means no rotation is in progress.
+    """
 
     model_config = STRICT
 
@@ -126,11 +136,20 @@ class RedisConfig(BaseModel):
     # How long one replica may hold a key's lease while it calls the model (cross-replica single
     # flight); longer than a healthy check. A crashed leader delays the others by at most this.
     lease_ms: PositiveInt = 5000
+    # HMAC secret of the entries (keys and values), at least 16 bytes; required, no opt-out.
+    secret_env_var: EnvVarName = DEFAULT_REDIS_SECRET_ENV_VAR
+    # During a key rotation: the old secret, still accepted on read (entries are re-written).
+    previous_secret_env_var: EnvVarName | None = None
 
     @model_validator(mode="after")
     def _one_url(self) -> RedisConfig:
         if self.url is not None and self.url_env_var is not None:
             raise FieldError("set either url or url_env_var, not both", ("url_env_var",))
+        if self.previous_secret_env_var is not None and self.previous_secret_env_var == self.secret_env_var:
+            raise FieldError(
+                f"must name another variable than secret_env_var (got {self.previous_secret_env_var!r})",
+                ("previous_secret_env_var",),
+            )
         if self.url is not None and not self.url.startswith(("redis://", "rediss://", "unix://")):
             scheme = self.url.split("://", 1)[0] + "://" if "://" in self.url else "no scheme"
             # Not echoing the URL: it may hold a password.
@@ -142,6 +161,21 @@ class RedisConfig(BaseModel):
         if self.url_env_var is not None:
             return os.environ.get(self.url_env_var) or None
         return self.url
+
+    def resolved_secret(self) -> bytes | None:
+        """The value of ``secret_env_var`` read now, as UTF-8 bytes (None if unset or empty)."""
+        return _env_bytes(self.secret_env_var)
+
+    def resolved_previous_secret(self) -> bytes | None:
+        """The value of ``previous_secret_env_var`` read now (None: not named, unset or empty)."""
+        return None if self.previous_secret_env_var is None else _env_bytes(self.previous_secret_env_var)
+
+
+def _env_bytes(name: str) -> bytes | None:
+    """An env var as UTF-8 bytes, surrounding whitespace dropped (a secret mounted from a file often
+    ends with a newline that other replicas' copies lack: they would silently share nothing)."""
+    value = (os.environ.get(name) or "").strip()
+    return value.encode("utf-8") if value else None
 
 
 class ModelCacheConfig(BaseModel):
@@ -274,6 +308,7 @@ class ModelConfig(BaseModel):
 
 __all__ = [
     "DEFAULT_BASE_URLS",
+    "DEFAULT_REDIS_SECRET_ENV_VAR",
     "SECRET_PARAMETERS",
     "CacheStatsConfig",
     "Engine",

@@ -99,9 +99,9 @@ def _rails(config: RailsConfig, group: RailGroup, runtime: Runtime) -> list[Rail
 def build_runtime(config: RailsConfig) -> Runtime:
     """Clients and caches for every model, and the input and output rails in config order."""
     runtime = Runtime()
-    for model in config.models:
+    for i, model in enumerate(config.models):
         runtime.clients[model.type] = build_client(model)
-        cache = build_cache(model)
+        cache = build_cache(model, where=f"{config.source or '<config>'}: models[{i}]")
         if cache is not None:
             runtime.caches[model.type] = cache
     runtime.input_rails = _rails(config, config.rails.input, runtime)

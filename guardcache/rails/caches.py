@@ -2,7 +2,8 @@
 
 This is where config meets ``guardcache.cache`` (which takes plain settings only): ``store: redis``
 puts the shared tier behind the in-process LFU, scoped by the model's type and name, with
-``guardcache.checks.codec`` turning verdicts into versioned bytes.
+``guardcache.checks.codec`` turning verdicts into versioned bytes, and the tier's URL and secrets
+read from the environment when the cache is built (start-up), never from the config file.
 """
 
 from __future__ import annotations
@@ -17,10 +18,11 @@ if TYPE_CHECKING:
     from guardcache.cache.redis import RedisSettings
 
 
-def build_cache(model: ModelConfig) -> CacheInterface | None:
+def build_cache(model: ModelConfig, *, where: str | None = None) -> CacheInterface | None:
     """The model's cache, or None when caching is off for it.
 
     ``store: redis`` needs the ``redis`` extra; its import is lazy so memory-only configs do not.
+    ``where`` (e.g. ``"config.yml: models[1]"``) names the model in errors; default: its type.
     """
     cfg = model.cache
     if not cfg.enabled:
@@ -42,7 +44,7 @@ def build_cache(model: ModelConfig) -> CacheInterface | None:
             "install it with: pip install 'guardcache[redis]'"
         ) from exc
     # The tier logs the LFU line and its own line together, so the L1 gets no interval of its own.
-    settings = redis_settings(model)
+    settings = redis_settings(model, where=where)
     l1 = LFUCache(cfg.maxsize, track_stats=cfg.stats.enabled)
     try:
         return build_tiered_cache(
@@ -53,30 +55,79 @@ def build_cache(model: ModelConfig) -> CacheInterface | None:
             stats_logging_interval=interval,
         )
     except ValueError as exc:  # e.g. a key_prefix with spaces or braces
-        raise ConfigError(f"model {model.type!r}: cache.redis: {exc}") from exc
+        raise ConfigError(f"{_field(model, where, '')}: {exc}") from exc
 
 
-def redis_settings(model: ModelConfig) -> RedisSettings:
-    """The plain settings of a model's Redis tier; the URL is read now (``url_env_var``)."""
-    from guardcache.cache.redis import RedisSettings
+def _field(model: ModelConfig, where: str | None, name: str) -> str:
+    """``config.yml: models[1].cache.redis.<name>`` given ``where``, else
+    ``model 'content_safety': cache.redis.<name>``."""
+    path = "cache.redis" + (f".{name}" if name else "")
+    return f"{where}.{path}" if where else f"model {model.type!r}: {path}"
 
+
+def redis_url(model: ModelConfig, *, where: str | None = None) -> str:
+    """The model's Redis URL: ``url``, or ``url_env_var`` read now; a ``ConfigError`` if unusable."""
     redis_cfg = model.cache.redis
     if redis_cfg is None:  # unreachable after validation (store: redis requires it)
-        raise ConfigError(f"model {model.type!r}: cache.store: redis needs a cache.redis section")
+        raise ConfigError(f"{_field(model, where, '')}: cache.store: redis needs a cache.redis section")
     url = redis_cfg.resolved_url()
     if url is None:
         raise ConfigError(
-            f"model {model.type!r}: cache.redis.url_env_var: environment variable "
+            f"{_field(model, where, 'url_env_var')}: environment variable "
             f"{redis_cfg.url_env_var} is not set or empty; set it to the Redis URL "
             "(e.g. redis://localhost:6379/0)"
         )
     if not url.startswith(("redis://", "rediss://", "unix://")):
         raise ConfigError(
-            f"model {model.type!r}: the Redis URL in {redis_cfg.url_env_var} must start with "
-            "redis://, rediss:// or unix://"
+            f"{_field(model, where, 'url_env_var')}: the Redis URL in {redis_cfg.url_env_var} must "
+            "start with redis://, rediss:// or unix://"
+        )
+    return url
+
+
+def redis_settings(model: ModelConfig, *, where: str | None = None) -> RedisSettings:
+    """The plain settings of a model's Redis tier; the URL and the secrets are read now from their
+    environment variables, so they are never in a config file.
+
+    An unset secret is a ``ConfigError``, not a fallback to unauthenticated entries: anyone who can
+    write to Redis could then plant verdicts for any text, and the shared tier exists to be shared.
+    Error messages name the variable, never its value.
+    """
+    from guardcache.cache.redis import RedisSettings
+    from guardcache.cache.redis_auth import MIN_SECRET_BYTES
+
+    url = redis_url(model, where=where)
+    redis_cfg = model.cache.redis
+    assert redis_cfg is not None  # checked by redis_url
+    secret = redis_cfg.resolved_secret()
+    if secret is None:
+        raise ConfigError(
+            f"{_field(model, where, 'secret_env_var')}: environment variable {redis_cfg.secret_env_var} "
+            "is not set or empty; the shared Redis tier authenticates its entries with this secret "
+            f"(at least {MIN_SECRET_BYTES} bytes, the same on every replica; e.g. the output of: "
+            "openssl rand -hex 32)"
+        )
+    previous = redis_cfg.resolved_previous_secret()
+    for name, var, value in (
+        ("secret_env_var", redis_cfg.secret_env_var, secret),
+        ("previous_secret_env_var", redis_cfg.previous_secret_env_var, previous),
+    ):
+        if value is not None and len(value) < MIN_SECRET_BYTES:
+            raise ConfigError(
+                f"{_field(model, where, name)}: the secret in environment variable {var} is "
+                f"{len(value)} bytes; it needs at least {MIN_SECRET_BYTES} (e.g. the output of: "
+                "openssl rand -hex 32)"
+            )
+    if previous == secret:
+        raise ConfigError(
+            f"{_field(model, where, 'previous_secret_env_var')}: {redis_cfg.previous_secret_env_var} "
+            f"holds the same secret as {redis_cfg.secret_env_var}; during a rotation it holds the old "
+            "secret, otherwise leave it unset"
         )
     return RedisSettings(
         url=url,
+        secret=secret,
+        previous_secret=previous,
         ttl_s=float(redis_cfg.ttl),
         key_prefix=redis_cfg.key_prefix,
         timeout_ms=float(redis_cfg.timeout_ms),
@@ -85,4 +136,4 @@ def redis_settings(model: ModelConfig) -> RedisSettings:
     )
 
 
-__all__ = ["build_cache", "redis_settings"]
+__all__ = ["build_cache", "redis_settings", "redis_url"]

@@ -28,6 +28,9 @@ from guardcache.checks import codec
 from guardcache.checks.verdict import CachedCheck, Verdict
 from guardcache.llm.types import Usage
 
+#: The secret every test tier shares unless a test says otherwise (>= 16 bytes, like production).
+TEST_SECRET = b"guardcache-test-secret-0123456789abcdef"
+
 INSTALL_HINT = (
     "redis-server is not installed (or not on PATH); install it with: apt-get install -y redis-server"
 )
@@ -153,9 +156,10 @@ def verdict(label: str = "safe", allowed: bool = True) -> CachedCheck:
 def make_tier(
     url: str, scope: str = "content_safety:00000000", *, l1_size: int = 1000, **settings: object
 ) -> TieredCache:
-    """A tiered cache (fresh L1) on ``url`` with the library codec; ``settings`` override
-    :class:`RedisSettings` fields (e.g. ``timeout_ms=50``, ``lease_ms=300``)."""
-    opts: dict[str, object] = {"key_prefix": "gctest", "timeout_ms": 200.0, **settings}
+    """A tiered cache (fresh L1) on ``url`` with the library codec and :data:`TEST_SECRET`;
+    ``settings`` override :class:`RedisSettings` fields (e.g. ``timeout_ms=50``, ``lease_ms=300``,
+    ``secret=b"..."``)."""
+    opts: dict[str, object] = {"key_prefix": "gctest", "timeout_ms": 200.0, "secret": TEST_SECRET, **settings}
     return build_tiered_cache(
         LFUCache(l1_size, track_stats=True),
         codec=codec,
@@ -164,4 +168,13 @@ def make_tier(
     )
 
 
-__all__ = ["INSTALL_HINT", "RedisServer", "free_port", "make_tier", "redis_server", "redis_url", "verdict"]
+__all__ = [
+    "INSTALL_HINT",
+    "TEST_SECRET",
+    "RedisServer",
+    "free_port",
+    "make_tier",
+    "redis_server",
+    "redis_url",
+    "verdict",
+]

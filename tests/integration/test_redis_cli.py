@@ -49,8 +49,13 @@ def cli(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:
 
 
 async def test_stats_counts_entries_per_model_and_shows_global_counters(
-    tmp_path: Path, redis_server: RedisServer, capsys: pytest.CaptureFixture[str]
+    tmp_path: Path,
+    redis_server: RedisServer,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
+    # The CLI goes by prefix and scope: it needs the URL, not the replicas' secret.
+    monkeypatch.delenv("GUARDCACHE_REDIS_SECRET", raising=False)
     await fill(redis_server.url, "content_safety", 30)
     await fill(redis_server.url, "topic_control", 5)
     config = write_config(tmp_path, redis_server.url)
@@ -62,11 +67,13 @@ async def test_stats_counts_entries_per_model_and_shows_global_counters(
     assert report["topic_control"]["entries"] == 5
     assert report["content_safety"]["global"]["lookups"] == 30
     assert report["content_safety"]["global"]["computations"] == 30
+    assert report["content_safety"]["global"]["l2_auth_failures"] == 0
     assert report["content_safety"]["memory_bytes"] > 0
 
     code, out, _ = cli(capsys, "stats", "--config", str(config), "--model", "topic_control", "--all")
     assert code == 0
     assert "topic_control" in out and "entries: 5 |" in out and "content_safety  (" not in out
+    assert "L2 auth failures 0" in out
     assert f"  {model_scope('content_safety', MODELS['content_safety'])}: 31" in out  # 30 + stats
 
 

@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 
 from guardcache.cache import Namespace
+from guardcache.cache.redis_auth import ENVELOPE_OVERHEAD, ENVELOPE_VERSION
 from guardcache.checks import codec
 from tests.integration.redis_support import (
     RedisServer,
@@ -85,7 +86,7 @@ async def test_l1_miss_is_served_from_redis_and_fills_l1(redis_server: RedisServ
     assert reader.get_stats().hits == 1  # the LFU view still comes from get_stats()
 
 
-async def test_redis_holds_only_digest_keys_and_codec_bytes(redis_server: RedisServer) -> None:
+async def test_redis_holds_only_keyed_digests_and_sealed_codec_bytes(redis_server: RedisServer) -> None:
     tier = make_tier(redis_server.url, "content_safety:abcd0123", ttl_s=60)
     ns = Namespace.of("content_safety", "nvidia/model", "tpl")
     secret = "my credit card number is 4111 1111 1111 1111"
@@ -94,10 +95,13 @@ async def test_redis_holds_only_digest_keys_and_codec_bytes(redis_server: RedisS
     keys = [k.decode() for k in client.scan_iter(match="gctest:*")]
     assert len(keys) == 1
     assert re.fullmatch(r"gctest:content_safety:abcd0123:\{[0-9a-f]{64}\}", keys[0])
+    assert keys[0] == tier.store.value_key(ns.key(secret))
+    assert ns.key(secret).hex() not in keys[0]  # the name is an HMAC, not the computable cache key
     raw = client.get(keys[0])
-    assert raw is not None and raw.startswith(codec.VERSION)
+    assert raw is not None and raw.startswith(ENVELOPE_VERSION)
     assert b"4111" not in raw and "4111" not in keys[0]
-    assert codec.decode(raw) == verdict()
+    assert raw[ENVELOPE_OVERHEAD:].startswith(codec.VERSION)  # the codec's bytes, sealed
+    assert codec.decode(raw[ENVELOPE_OVERHEAD:]) == verdict()
     assert 0 < client.pttl(keys[0]) <= 60_000  # SET ... PX ttl
     assert client.exists(keys[0] + ":lease") == 0  # the leader released its lease
 
@@ -141,18 +145,19 @@ async def test_models_templates_and_scopes_never_share_entries(redis_server: Red
 @pytest.mark.parametrize(
     "garbage", [b"\x09" + b'{"a":1}', codec.VERSION + b"{not json", codec.VERSION, codec.VERSION + b'{"a":1}']
 )
-async def test_a_corrupt_value_is_a_miss_and_is_overwritten(
+async def test_a_corrupt_but_authentic_value_is_a_miss_and_is_overwritten(
     redis_server: RedisServer, garbage: bytes
 ) -> None:
+    """Sealed with the right secret but unreadable by the codec (e.g. another codec version)."""
     tier = make_tier(redis_server.url)
-    value_key = tier.store.keys.value_key(KEY)
-    redis_server.client().set(value_key, garbage)
+    await make_tier(redis_server.url).store.set(KEY, garbage)  # the store seals what it is given
     backend = Backend()
     assert await tier.get_or_compute(KEY, backend) == verdict()
     assert backend.calls == 1
     stats = tier.tier_stats()
-    assert (stats.l2_corrupt, stats.l2_misses, stats.l2_hits) == (1, 1, 0)
-    assert codec.decode(redis_server.client().get(value_key)) == verdict()  # overwritten
+    assert (stats.l2_corrupt, stats.l2_misses, stats.l2_hits, stats.l2_auth_failures) == (1, 1, 0, 0)
+    raw = redis_server.client().get(tier.store.value_key(KEY))
+    assert codec.decode(raw[ENVELOPE_OVERHEAD:]) == verdict()  # overwritten
     assert await make_tier(redis_server.url).aget(KEY) == verdict()
 
 
@@ -174,7 +179,7 @@ async def test_two_tiers_share_one_backend_call_through_the_lease(redis_server: 
     # Each step is waited for, not assumed after a fixed sleep: a holds the lease (its computation
     # is parked on the gate), then b is waiting on that lease, then a's computation finishes.
     leader = asyncio.create_task(a.get_or_compute(KEY, backend))
-    assert await true_within(lambda: client.exists(a.store.keys.lease_key(KEY)), 5.0)
+    assert await true_within(lambda: client.exists(a.store.lease_key(KEY)), 5.0)
     waiter = asyncio.create_task(b.get_or_compute(KEY, backend))
     assert await true_within(lambda: b.tier_stats().lease_waits == 1, 5.0)
     await asyncio.sleep(0.2)  # a's computation goes on: b keeps waiting, it does not compute itself
@@ -196,7 +201,7 @@ async def test_a_waiter_takes_over_a_lease_whose_holder_died(redis_server: Redis
     # Started before the lease is set: the lower bound then holds however long the SET took.
     started = time.monotonic()
     # A "leader" that crashed after taking the lease: the lease exists, the value never comes.
-    redis_server.client().set(tier.store.keys.lease_key(KEY), "dead-leader", px=300)
+    redis_server.client().set(tier.store.lease_key(KEY), "dead-leader", px=300)
     assert await tier.get_or_compute(KEY, backend) == verdict()
     elapsed = time.monotonic() - started
     # Waited for the lease to expire (0.3 s), then took over within a poll (~0.35 s idle). The upper
@@ -210,7 +215,7 @@ async def test_a_waiter_takes_over_a_lease_whose_holder_died(redis_server: Redis
 
 async def test_a_waiter_never_waits_longer_than_lease_plus_margin(redis_server: RedisServer) -> None:
     tier = make_tier(redis_server.url, lease_ms=200, wait_margin_ms=100)
-    redis_server.client().set(tier.store.keys.lease_key(KEY), "stuck", px=10_000)
+    redis_server.client().set(tier.store.lease_key(KEY), "stuck", px=10_000)
     backend = Backend()
     started = time.monotonic()
     assert await tier.get_or_compute(KEY, backend) == verdict()
@@ -225,7 +230,7 @@ async def test_a_failed_leader_releases_its_lease_and_caches_nothing(redis_serve
     with pytest.raises(RuntimeError, match="backend down"):
         await a.get_or_compute(KEY, Backend(fail=True))
     client = redis_server.client()
-    assert client.exists(a.store.keys.lease_key(KEY), a.store.keys.value_key(KEY)) == 0
+    assert client.exists(a.store.lease_key(KEY), a.store.value_key(KEY)) == 0
     assert not a.contains(KEY)
     backend = Backend()
     started = time.monotonic()
@@ -253,7 +258,7 @@ async def test_a_lease_granted_while_its_reply_is_in_flight_is_released_on_cance
     tier.store.get_or_lease = reply_stuck_in_flight  # type: ignore[method-assign]
     task = asyncio.create_task(tier.get_or_compute(KEY, Backend()))
     await asyncio.wait_for(granted.wait(), 5)
-    lease_key = tier.store.keys.lease_key(KEY)
+    lease_key = tier.store.lease_key(KEY)
     client = redis_server.client()
     assert client.exists(lease_key) == 1
     task.cancel()
@@ -266,7 +271,7 @@ async def test_a_cancelled_leader_releases_its_lease(redis_server: RedisServer) 
     # A lease that outlives the test by far: only a release (not expiry) can remove it in time.
     tier = make_tier(redis_server.url, lease_ms=30_000)
     task = asyncio.create_task(tier.get_or_compute(KEY, Backend(delay=5)))
-    lease_key = tier.store.keys.lease_key(KEY)
+    lease_key = tier.store.lease_key(KEY)
     client = redis_server.client()
     assert await true_within(lambda: client.exists(lease_key), 5.0)
     task.cancel()

@@ -1,4 +1,7 @@
-"""Key layout of the Redis tier: digests only, one scope per model, cluster hash tags, SCAN patterns."""
+"""Key layout of the Redis tier: digests only, one scope per model, cluster hash tags, SCAN patterns.
+
+``KeySpace`` lays keys out around a name digest; the store derives that digest with its secret
+(``tests/unit/test_redis_auth.py``)."""
 
 from __future__ import annotations
 
@@ -11,20 +14,21 @@ from guardcache.cache.keys import Namespace
 from guardcache.cache.redis_keys import (
     KeySpace,
     glob_escape,
+    key_bytes,
     key_hex,
     model_scope,
     prefix_pattern,
     scope_of,
 )
 
-DIGEST = bytes(range(32))
+DIGEST = bytes(range(32)).hex()
+OTHER = (b"\x01" * 32).hex()
 
 
 def test_value_lease_and_stats_keys_have_the_documented_shape() -> None:
     ks = KeySpace("guardcache", "content_safety:1a2b3c4d")
-    hexd = DIGEST.hex()
-    assert ks.value_key(DIGEST) == f"guardcache:content_safety:1a2b3c4d:{{{hexd}}}"
-    assert ks.lease_key(DIGEST) == f"guardcache:content_safety:1a2b3c4d:{{{hexd}}}:lease"
+    assert ks.value_key(DIGEST) == f"guardcache:content_safety:1a2b3c4d:{{{DIGEST}}}"
+    assert ks.lease_key(DIGEST) == f"guardcache:content_safety:1a2b3c4d:{{{DIGEST}}}:lease"
     assert ks.stats_key == "guardcache:content_safety:1a2b3c4d:stats"
 
 
@@ -38,8 +42,8 @@ def cluster_hash_tag(key: str) -> str:
 def test_a_value_and_its_lease_share_a_cluster_slot_but_digests_spread() -> None:
     ks = KeySpace("guardcache", "content_safety:1a2b3c4d")
     assert cluster_hash_tag(ks.value_key(DIGEST)) == cluster_hash_tag(ks.lease_key(DIGEST))
-    assert cluster_hash_tag(ks.value_key(DIGEST)) == DIGEST.hex()  # not the scope: no hot slot
-    assert cluster_hash_tag(ks.value_key(b"\x01" * 32)) != cluster_hash_tag(ks.value_key(DIGEST))
+    assert cluster_hash_tag(ks.value_key(DIGEST)) == DIGEST  # not the scope: no hot slot
+    assert cluster_hash_tag(ks.value_key(OTHER)) != cluster_hash_tag(ks.value_key(DIGEST))
 
 
 def test_the_scope_names_the_model_type_and_hashes_the_model_name() -> None:
@@ -54,10 +58,11 @@ def test_keys_never_contain_the_prompt() -> None:
     ns = Namespace.of("content_safety", "m", "tpl")
     prompt = "my password is hunter2"
     ks = KeySpace("guardcache", model_scope("content_safety", "m"))
-    assert "hunter2" not in ks.value_key(ns.key(prompt))
+    assert "hunter2" not in ks.value_key(key_hex(ns.key(prompt)))
     # a non-bytes key is hashed too, never written as text
     assert "hunter2" not in key_hex(prompt) and len(key_hex(prompt)) == 64
     assert key_hex(("a", 1)) == key_hex(("a", 1))
+    assert key_bytes(ns.key(prompt)) == ns.key(prompt) and len(key_bytes(prompt)) == 32
 
 
 @pytest.mark.parametrize("bad", ["", "has space", "a{b", "x}"])
