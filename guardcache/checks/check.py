@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Mapping, Sequence
+from contextvars import ContextVar
 from typing import Any, NamedTuple, Protocol
 
 from guardcache.cache import CacheInterface, Namespace
@@ -212,6 +213,14 @@ class LLMCheck:
         await self.client.complete(self.messages(self.texts.read(WARM_UP_TEXTS)), **self.params)
 
 
+BACKEND_CALL_SIGNAL: ContextVar[Callable[[], None] | None] = ContextVar(
+    "guardcache_backend_call_signal", default=None
+)
+"""Called, when set in the request's context, as a check of that request starts a backend call (a
+miss). The runtime uses it to start the main model early only when a verdict is not known yet; a
+hit never reads it."""
+
+
 async def run_cached(
     task: str, cache: CacheInterface | None, key: bytes, call: Callable[[], Any]
 ) -> CheckOutcome:
@@ -221,6 +230,9 @@ async def run_cached(
     async def compute() -> CachedCheck:
         nonlocal computed
         computed = True
+        signal = BACKEND_CALL_SIGNAL.get()
+        if signal is not None:
+            signal()
         value: CachedCheck = await call()
         return value
 
@@ -237,6 +249,7 @@ async def run_cached(
 
 
 __all__ = [
+    "BACKEND_CALL_SIGNAL",
     "Check",
     "CheckOutcome",
     "LLMCheck",

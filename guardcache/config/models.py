@@ -217,6 +217,8 @@ class ModelConfig(BaseModel):
     parameters: dict[str, Any] = Field(default_factory=dict)
     api_key_env_var: EnvVarName | None = None
     mode: Literal["chat", "text"] = "chat"  # NeMo's field; guard checks always use chat
+    # The model acts when called (tools, writes): it is never started before the input verdict.
+    side_effects: bool = False
     cache: Annotated[ModelCacheConfig, BeforeValidator(null_is_empty)] = Field(
         default_factory=ModelCacheConfig
     )

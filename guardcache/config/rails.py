@@ -66,6 +66,9 @@ class RailGroup(BaseModel):
     # Seconds all checks of this group may take together on a turn (backend calls, retries and
     # waits included); None: each check's own timeout only. A check past it is an outage.
     timeout: PositiveFloat | None = None
+    # Input rails only: on a check miss, start the main model at once, alongside the checks; a block
+    # cancels it (README "Starting the main model during the input checks"). Off by default.
+    during_main: bool = False
 
     @field_validator("flows")
     @classmethod
@@ -202,6 +205,19 @@ class RailsConfig(BaseModel):
     def _model_problems(self) -> list[Problem]:
         first: dict[str, int] = {}
         problems: list[Problem] = []
+        if self.rails.output.during_main:
+            problems.append(
+                (("rails", "output", "during_main"), "only input rails can run during the main model")
+            )
+        main = next((m for m in self.models if m.type == "main"), None)
+        if self.rails.input.during_main and main is not None and main.side_effects:
+            problems.append(
+                (
+                    ("rails", "input", "during_main"),
+                    "the main model is marked side_effects: true: it must not start before the input "
+                    "verdict (a blocked turn would still have acted)",
+                )
+            )
         for i, model in enumerate(self.models):
             if model.type in first:
                 where = f"models[{first[model.type]}]"

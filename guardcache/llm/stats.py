@@ -37,6 +37,8 @@ class LLMCallInfo(NamedTuple):
         model, provider: as in :class:`~guardcache.llm.types.Usage`.
         started_at: wall-clock start (``time.time()``), to order calls in a report; 0.0 when the
             record was built by hand without one (:meth:`from_usage` always sets it).
+        cancelled: the call was started and then abandoned (a main-model call started before the
+            input verdict, which blocked): ``duration`` is what it ran, its tokens are unknown (0).
     """
 
     task: str
@@ -49,6 +51,7 @@ class LLMCallInfo(NamedTuple):
     model: str | None = None
     provider: str | None = None
     started_at: float = 0.0
+    cancelled: bool = False
 
     @classmethod
     def from_usage(
@@ -144,7 +147,7 @@ class ExplainInfo:
         lines = [head]
         for call in calls:
             cached = f", {call.cached_prompt_tokens} cached" if call.cached_prompt_tokens else ""
-            source = " [cache]" if call.from_cache else ""
+            source = " [cache]" if call.from_cache else " [cancelled]" if call.cancelled else ""
             lines.append(
                 f"  - {call.task}: {call.duration:.3f} s, {call.total_tokens} tokens "
                 f"({call.prompt_tokens} prompt + {call.completion_tokens} completion{cached})"

@@ -8,6 +8,7 @@ turn that started them.
 from __future__ import annotations
 
 import asyncio
+import functools
 import time
 from collections.abc import Coroutine, Mapping, Sequence
 from typing import Any, TypeVar, overload
@@ -20,13 +21,22 @@ from guardcache.errors import ConfigError
 from guardcache.llm.pool import aclose_all
 from guardcache.llm.stats import LLMCallInfo, record_call, request_scope
 from guardcache.llm.transport import split_parameters
+from guardcache.llm.types import Usage
 from guardcache.rails.builder import build_runtime
 from guardcache.rails.main_llm import ClientLLM, LangChainLLM, MainLLM
 from guardcache.rails.messages import Message, history, last_index, read_messages
 from guardcache.rails.rail import Rail
+from guardcache.rails.speculation import abandon, run_with_early_start
 from guardcache.rails.turn import REFUSAL, CheckResult, TurnInfo
 
 T = TypeVar("T")
+NO_USAGE = Usage(0, 0, 0, 0)
+
+
+def _binds_tools(llm: Any) -> bool:
+    """Whether a LangChain model was given tools (``bind_tools`` returns a binding with them)."""
+    kwargs = getattr(llm, "kwargs", None)
+    return isinstance(kwargs, Mapping) and bool(kwargs.get("tools") or kwargs.get("functions"))
 
 
 class LLMRails:
@@ -43,6 +53,11 @@ class LLMRails:
         self.model_caches: dict[str, CacheInterface] = self._runtime.caches
         self._main: MainLLM | None = None
         if llm is not None:
+            if config.rails.input.during_main and _binds_tools(llm):
+                raise ConfigError(
+                    f"{config.source or '<config>'}: rails.input.during_main: the main model has tools "
+                    "bound; a model that acts must not start before the input verdict"
+                )
             self._main = LangChainLLM(llm)
         elif "main" in config.model_types:
             main = config.model("main")
@@ -93,12 +108,21 @@ class LLMRails:
         }
         with request_scope() as explain:
             turn = TurnInfo(explain)
-            inputs = await self._run_group(self._runtime.input_rails, variables, self.config.rails.input)
+            run_inputs = functools.partial(
+                self._run_group, self._runtime.input_rails, variables, self.config.rails.input
+            )
+            early: asyncio.Task[str] | None = None
+            if self.config.rails.input.during_main and self._runtime.input_rails:
+                inputs, early = await run_with_early_start(run_inputs, lambda: self._call_main(msgs))
+            else:
+                inputs = await run_inputs()
             turn.checks = CheckResult(tuple(inputs))
             if not all(r.allowed for r in inputs):
+                if early is not None:
+                    await abandon(early)
                 reply = self._refusal(variables["user_input"])
             else:
-                bot = await self._call_main(msgs)
+                bot = await early if early is not None else await self._call_main(msgs)
                 variables["bot_response"] = bot
                 outputs = await self._run_group(
                     self._runtime.output_rails, variables, self.config.rails.output
@@ -248,7 +272,14 @@ class LLMRails:
     async def _call_main(self, messages: Sequence[Message]) -> str:
         assert self._main is not None
         started = time.monotonic()
-        content, usage = await self._main.generate([dict(m) for m in messages])
+        try:
+            content, usage = await self._main.generate([dict(m) for m in messages])
+        except asyncio.CancelledError:  # started early, then the input rails blocked the turn
+            spent = LLMCallInfo.from_usage(
+                "general", NO_USAGE, duration=time.monotonic() - started, from_cache=False
+            )
+            record_call(spent._replace(cancelled=True))
+            raise
         record_call(
             LLMCallInfo.from_usage("general", usage, duration=time.monotonic() - started, from_cache=False)
         )

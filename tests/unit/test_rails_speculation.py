@@ -1,0 +1,97 @@
+"""Starting the main model during the input checks: when it starts, and that nothing outlives a block."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from guardcache.checks.check import BACKEND_CALL_SIGNAL
+from guardcache.rails.speculation import abandon, run_with_early_start
+
+
+class Main:
+    """A main model call that records whether it started and whether it was cancelled."""
+
+    def __init__(self, seconds: float = 0.05) -> None:
+        self.seconds, self.started, self.cancelled, self.finished = seconds, 0, 0, 0
+
+    async def __call__(self) -> str:
+        self.started += 1
+        try:
+            await asyncio.sleep(self.seconds)
+        except asyncio.CancelledError:
+            self.cancelled += 1
+            raise
+        self.finished += 1
+        return "answer"
+
+
+async def checks(*, backend_call: bool, verdict: str = "ok", seconds: float = 0.05) -> str:
+    """Input checks: a miss signals its backend call (as run_cached does), then takes a while."""
+    if backend_call:
+        signal = BACKEND_CALL_SIGNAL.get()
+        assert signal is not None
+        signal()
+        await asyncio.sleep(seconds)
+    return verdict
+
+
+async def test_hits_never_start_the_main_model_early() -> None:
+    main = Main()
+    result, task = await run_with_early_start(lambda: checks(backend_call=False), main)
+    assert (result, task, main.started) == ("ok", None, 0)
+    assert BACKEND_CALL_SIGNAL.get() is None  # the signal does not leak into the caller's context
+
+
+async def test_a_miss_starts_the_main_model_alongside_the_checks() -> None:
+    main = Main(seconds=0.05)
+    loop = asyncio.get_running_loop()
+    started = loop.time()
+    result, task = await run_with_early_start(lambda: checks(backend_call=True, seconds=0.05), main)
+    assert result == "ok" and task is not None and main.started == 1
+    assert await task == "answer"
+    assert loop.time() - started < 0.095  # max(0.05, 0.05), not 0.10
+
+
+async def test_a_block_cancels_the_early_main_call() -> None:
+    main = Main(seconds=10)
+    result, task = await run_with_early_start(lambda: checks(backend_call=True, verdict="blocked"), main)
+    assert result == "blocked" and task is not None
+    await abandon(task)
+    assert task.done() and main.cancelled == 1 and main.finished == 0
+
+
+async def test_a_main_call_that_finished_before_the_block_is_just_discarded() -> None:
+    main = Main(seconds=0.001)
+    _, task = await run_with_early_start(
+        lambda: checks(backend_call=True, verdict="blocked", seconds=0.05), main
+    )
+    assert task is not None and task.done() and main.finished == 1
+    await abandon(task)  # nothing left to cancel, nothing raised
+    assert main.cancelled == 0
+
+
+async def test_checks_that_raise_take_the_early_main_call_down_with_them() -> None:
+    main = Main(seconds=10)
+
+    async def failing() -> str:
+        await checks(backend_call=True, seconds=0.01)
+        raise RuntimeError("boom")
+
+    with pytest.raises(RuntimeError):
+        await run_with_early_start(failing, main)
+    assert main.started == 1 and main.cancelled == 1
+
+
+async def test_cancelling_the_turn_leaves_nothing_in_flight() -> None:
+    main = Main(seconds=10)
+    before = asyncio.all_tasks()
+    turn = asyncio.ensure_future(run_with_early_start(lambda: checks(backend_call=True, seconds=10), main))
+    await asyncio.sleep(0.02)
+    turn.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await turn
+    await asyncio.sleep(0)
+    assert main.cancelled == 1
+    assert asyncio.all_tasks() - before == set()
