@@ -57,7 +57,7 @@ def build_check(config: RailsConfig, ref: FlowRef, runtime: Runtime) -> Check:
     limit = config.rails.max_input_chars
     where = config.source or "<config>"
     if spec.backend == "classify":
-        return build_classify_check(config, spec, cache, limit)
+        return build_classify_check(config, spec, cache, limit, PARSERS[spec.default_parser or ""])
     if model_type is None or spec.prompt_task is None:  # validated at load; kept for safety
         raise ConfigError(f"{where}: flow {ref.text!r} has no model to run on")
     model = config.model(model_type)

@@ -7,14 +7,13 @@ normalized text under a namespace of the endpoint's model type and URL.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import httpx2 as httpx
 
 from guardcache.cache import CacheInterface, Namespace
 from guardcache.checks.check import WARM_UP_TEXTS, CheckOutcome, TurnTexts, Unreadable, digest, run_cached
-from guardcache.checks.jailbreak_detection.parsers import parse_jailbreak
 from guardcache.checks.verdict import CachedCheck, Verdict
 from guardcache.config import RailsConfig
 from guardcache.errors import ConfigError, ParseError
@@ -51,7 +50,7 @@ class ClassifyCheck:
         client: ClassifyClient,
         cache: CacheInterface | None,
         max_input_chars: int,
-        parser: Any = parse_jailbreak,
+        parser: Callable[[str], Verdict],
     ) -> None:
         self.spec = spec
         self.task = spec.name
@@ -79,7 +78,11 @@ class ClassifyCheck:
 
 
 def build_classify_check(
-    config: RailsConfig, spec: FlowSpec, cache: CacheInterface | None, max_input_chars: int
+    config: RailsConfig,
+    spec: FlowSpec,
+    cache: CacheInterface | None,
+    max_input_chars: int,
+    parser: Callable[[str], Verdict],
 ) -> ClassifyCheck:
     settings = config.rails.config.jailbreak_detection
     url = settings.url
@@ -88,7 +91,9 @@ def build_classify_check(
             f"{config.source or '<config>'}: rails.config.jailbreak_detection.nim_base_url is not set"
         )
     client = ClassifyClient(url, api_key=settings.api_key())
-    return ClassifyCheck(spec=spec, client=client, cache=cache, max_input_chars=max_input_chars)
+    return ClassifyCheck(
+        spec=spec, client=client, cache=cache, max_input_chars=max_input_chars, parser=parser
+    )
 
 
 __all__ = ["ClassifyCheck", "ClassifyClient", "build_classify_check"]
