@@ -9,22 +9,13 @@ models, each with the prompt format it was trained on.
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+from typing import Any
 
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, field_validator, model_validator
 
 from guardcache.config.errors import FieldError
+from guardcache.config.fields import PositiveInt
 from guardcache.flows import split_ref
-
-
-def reject_bool(value: Any) -> Any:
-    """YAML ``true`` must not pass as the number 1 (pydantic's lax mode would allow it)."""
-    if isinstance(value, bool):
-        raise ValueError(f"expected a number (got {'true' if value else 'false'})")
-    return value
-
-
-PositiveInt = Annotated[int, BeforeValidator(reject_bool), Field(gt=0)]
 
 
 def split_task(task: str) -> tuple[str, str | None]:
@@ -108,4 +99,4 @@ class TaskPrompt(BaseModel):
         return engine in self.models or f"{engine}/{model}" in self.models
 
 
-__all__ = ["PositiveInt", "PromptMessage", "TaskPrompt", "reject_bool", "split_task"]
+__all__ = ["PromptMessage", "TaskPrompt", "split_task"]
