@@ -18,11 +18,12 @@ from guardcache.checks.content_safety.parsers import (
     parse_response_safety,
 )
 from guardcache.checks.verdict import CachedCheck, Verdict
+from guardcache.config.prompts import default_prompts
 from guardcache.errors import BackendStatusError, InputRejectedError, ParseError
 from guardcache.flows import KNOWN_FLOWS
 from guardcache.llm import ChatClient, RetryPolicy, Usage
 from guardcache.llm.stats import request_scope
-from guardcache.prompts import default_prompts, static_prefix
+from guardcache.prompts import static_prefix
 
 
 @pytest.mark.parametrize(

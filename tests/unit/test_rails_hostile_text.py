@@ -13,9 +13,9 @@ from hypothesis import strategies as st
 from guardcache.cache import LFUCache
 from guardcache.checks.check import LLMCheck
 from guardcache.checks.content_safety.parsers import parse_prompt_safety
+from guardcache.config.prompts import default_prompts
 from guardcache.flows import KNOWN_FLOWS, FlowRef
 from guardcache.llm import ChatClient, RetryPolicy
-from guardcache.prompts import default_prompts
 from guardcache.rails.rail import Rail
 
 
