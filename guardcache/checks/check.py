@@ -37,7 +37,7 @@ from guardcache.config.prompts import TaskPrompt
 from guardcache.errors import InputRejectedError, ParseError
 from guardcache.flows import DEFAULT_MAX_INPUT_CHARS, FlowSpec
 from guardcache.llm.client import ChatClient
-from guardcache.llm.stats import LLMCallInfo, record_call
+from guardcache.llm.records import LLMCallInfo, record_call
 from guardcache.llm.transport import split_parameters
 from guardcache.llm.types import Usage
 from guardcache.prompts import fingerprint, render_messages

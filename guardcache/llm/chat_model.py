@@ -2,7 +2,7 @@
 
 ``GuardcacheChatModel`` is a thin adapter: LangChain messages in, :meth:`ChatClient.complete` on the
 wire, an ``AIMessage`` with ``usage_metadata`` out. It is deliberately pure: it records nothing in
-:mod:`guardcache.llm.stats`, because only the runtime knows what a call was for (its task name).
+:mod:`guardcache.llm.records`, because only the runtime knows what a call was for (its task name).
 
 No loop-bound resource is held on the model: its ChatClient gets connections from the pool of the
 running loop, so one model instance serves ``ainvoke`` on any loop and ``invoke`` from plain code.

@@ -22,7 +22,7 @@ from guardcache.config.prompts import default_prompts
 from guardcache.errors import BackendStatusError, InputRejectedError, ParseError
 from guardcache.flows import KNOWN_FLOWS
 from guardcache.llm import ChatClient, RetryPolicy, Usage
-from guardcache.llm.stats import request_scope
+from guardcache.llm.records import request_scope
 from guardcache.prompts import static_prefix
 
 

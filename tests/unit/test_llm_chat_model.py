@@ -18,7 +18,7 @@ from langchain_core.messages import (
 )
 
 from guardcache.errors import BackendStatusError
-from guardcache.llm import stats
+from guardcache.llm import records
 from guardcache.llm.chat_model import GuardcacheChatModel, to_openai_messages
 
 BASE = "http://main-llm.test/v1"
@@ -154,7 +154,7 @@ def test_sync_invoke_propagates_typed_errors() -> None:
 
 
 async def test_the_chat_model_records_nothing_in_request_stats() -> None:
-    with stats.request_scope() as info:
+    with records.request_scope() as info:
         await make_model(Backend()).ainvoke("hi")
     assert info.llm_calls == []
 
