@@ -2,6 +2,9 @@
 
 In CI (``CI=true``) hypothesis runs derandomized: the same examples every run, so a red build always
 reproduces. Locally it explores new examples each run, which is where new counterexamples come from.
+
+guardcache's pytest fixtures (emulators, redis-server, a fake main model) are enabled the way an app
+enables them: ``pytest_plugins`` in the root conftest.
 """
 
 from __future__ import annotations
@@ -9,6 +12,8 @@ from __future__ import annotations
 import os
 
 from hypothesis import settings
+
+pytest_plugins = ["guardcache.testing.pytest_plugin"]
 
 settings.register_profile("ci", derandomize=True, deadline=None, print_blob=True)
 settings.register_profile("dev", deadline=None)

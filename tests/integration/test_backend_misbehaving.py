@@ -30,7 +30,7 @@ from guardcache.errors import (
 )
 from guardcache.llm.client import ChatClient
 from guardcache.llm.pool import aclose_all
-from tests.integration.conftest import EmulatorFactory
+from guardcache.testing.pytest_plugin import EmulatorFactory
 from tests.integration.rails_support import guard_config, user
 
 pytestmark = pytest.mark.integration

@@ -1,11 +1,11 @@
-"""One rails "replica" process for the cross-replica tests and the benchmark.
+"""One rails "replica" process, for cross-replica tests and benchmarks (see ``replicas``).
 
-    python tests/integration/redis_replica.py --config DIR --messages FILE [--concurrency N]
+    python -m guardcache.testing.replica --config DIR --messages FILE [--concurrency N]
 
-Builds ``LLMRails`` from the config (a model with ``cache.store: redis``), prints ``READY`` and waits
-for one line on stdin (so a test can start every replica's burst at the same moment), then runs
-``check_async`` on every message of the JSON list in FILE (all at once, or ``--concurrency`` at a
-time), and prints one JSON line: per-check results, latencies, and the cache's tier stats.
+Builds ``LLMRails`` from the config (e.g. a model with ``cache.store: redis``), prints ``READY`` and
+waits for one line on stdin (so a test can start every replica's burst at the same moment), then
+runs ``check_async`` on every message of the JSON list in FILE (all at once, or ``--concurrency`` at
+a time), and prints one JSON line: per-check results, latencies, and the cache's tier stats.
 """
 
 from __future__ import annotations
