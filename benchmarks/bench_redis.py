@@ -5,7 +5,7 @@
 Runs, against ONE NIM emulator in its own process (``EmulatorProcess``, calibrated latency) and one
 ``redis-server`` it starts on a free loopback port:
 
-1. ``store: memory``: N replica processes (``tests/integration/redis_replica.py``), each firing its
+1. ``store: memory``: N replica processes (``python -m guardcache.testing.replica``), each firing its
    own Zipf workload (alpha 0.99 over a shared universe of messages, plus 25% messages never seen
    again), all released at the same moment;
 2. ``store: redis``: the same N workloads, sharing the Redis tier (``timeout_ms`` 50, the default);
@@ -30,24 +30,19 @@ import asyncio
 import os
 import random
 import secrets
-import sys
 import tempfile
 import time
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))  # for the replica script and the redis-server helper in tests/
-
-from guardcache.cache import LFUCache  # noqa: E402
-from guardcache.cache.redis import RedisSettings, TieredCache, build_tiered_cache  # noqa: E402
-from guardcache.cache.redis_keys import key_hex  # noqa: E402
-from guardcache.checks import codec  # noqa: E402
-from guardcache.checks.verdict import CachedCheck, Verdict  # noqa: E402
-from guardcache.emulator import DEFAULT_MODEL, EmulatorConfig, EmulatorProcess  # noqa: E402
-from guardcache.llm.types import Usage  # noqa: E402
-from tests.integration.redis_support import RedisServer  # noqa: E402
-from tests.integration.replica_fleet import run_replicas, write_replica_config  # noqa: E402
+from guardcache.cache import LFUCache
+from guardcache.cache.redis import RedisSettings, TieredCache, build_tiered_cache
+from guardcache.cache.redis_keys import key_hex
+from guardcache.checks import codec
+from guardcache.checks.verdict import CachedCheck, Verdict
+from guardcache.emulator import DEFAULT_MODEL, EmulatorConfig, EmulatorProcess
+from guardcache.llm.types import Usage
+from guardcache.testing import RedisServer, run_replicas, write_replica_config
 
 
 def zipf_workload(seed: int, checks: int, universe: int, alpha: float, unique_share: float) -> list[str]:

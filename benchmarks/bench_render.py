@@ -20,7 +20,8 @@ from collections.abc import Callable
 
 from machine import describe_speed
 
-from guardcache.prompts import Settings, compile_template, default_prompts, render_messages
+from guardcache.config.prompts import default_prompts
+from guardcache.prompts import Settings, compile_template, render_messages
 from guardcache.prompts.jinja import clear_cache
 from guardcache.prompts.legacy import render_placeholders
 

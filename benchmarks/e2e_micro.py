@@ -26,10 +26,8 @@ from langchain_core.messages import HumanMessage
 
 from guardcache import LLMRails
 from guardcache.emulator import EmulatorProcess
-from guardcache.llm.stats import request_scope
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the process fleet helper in tests/
-from tests.integration.process_fleet import ProcessFleet
+from guardcache.llm.records import request_scope
+from guardcache.testing import ProcessFleet
 
 # -- timing helpers -------------------------------------------------------------------------------
 

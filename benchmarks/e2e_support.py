@@ -5,19 +5,14 @@ Kept apart from the runner so each file stays small; nothing here is imported by
 
 from __future__ import annotations
 
-import asyncio
 import inspect
 import math
-import time
 from collections.abc import Awaitable, Callable, Hashable, Sequence
 from typing import Any
 
-from langchain_core.language_models.chat_models import BaseChatModel
-from langchain_core.messages import AIMessage, BaseMessage
-from langchain_core.outputs import ChatGeneration, ChatResult
-
 from guardcache import LLMRails, RailsConfig
 from guardcache.cache import MISSING, CacheInterface, CacheStats, ComputeFn, LFUCache, normalize_text
+from guardcache.testing import EchoChatModel as TestingEchoChatModel
 
 GUARD_MODEL = "nvidia/llama-3.1-nemoguard-8b-content-safety"
 CACHE_MAXSIZE = 100_000  # larger than any workload: no eviction may blur the call counts
@@ -31,46 +26,19 @@ MODE_NAMES: dict[str, str] = {"a": "(a) no cache", "b": "(b) get+put", "c": "(c)
 # -- the main model -----------------------------------------------------------------------------
 
 
+ANSWER_PREFIX = "Happy to help. Here are a few practical steps for: "
+
+
 def answer_for(text: str) -> str:
     """The fake main model's deterministic, safe reply (it echoes the question, whitespace and all)."""
-    return f"Happy to help. Here are a few practical steps for: {text}"
+    return ANSWER_PREFIX + text
 
 
-def _last_text(messages: Sequence[BaseMessage]) -> str:
-    return str(messages[-1].content) if messages else ""
+class EchoChatModel(TestingEchoChatModel):
+    """``guardcache.testing.EchoChatModel`` answering :func:`answer_for`: a native ``_agenerate``
+    that sleeps ``delay_s`` (never when 0) then echoes, so its cost is LangChain's ``ainvoke`` only."""
 
-
-class EchoChatModel(BaseChatModel):
-    """A langchain-core chat model with a NATIVE ``_agenerate``: sleeps ``delay_s`` then echoes.
-
-    ``delay_s == 0`` never sleeps (not even ``sleep(0)``), so the model's cost is LangChain's own
-    ``ainvoke`` machinery only.
-    """
-
-    delay_s: float = 0.0
-
-    @property
-    def _llm_type(self) -> str:
-        return "bench-echo"
-
-    def _result(self, messages: Sequence[BaseMessage]) -> ChatResult:
-        return ChatResult(
-            generations=[ChatGeneration(message=AIMessage(content=answer_for(_last_text(messages))))]
-        )
-
-    def _generate(
-        self, messages: list[BaseMessage], stop: list[str] | None = None, run_manager: Any = None, **kw: Any
-    ) -> ChatResult:
-        if self.delay_s:
-            time.sleep(self.delay_s)
-        return self._result(messages)
-
-    async def _agenerate(
-        self, messages: list[BaseMessage], stop: list[str] | None = None, run_manager: Any = None, **kw: Any
-    ) -> ChatResult:
-        if self.delay_s:
-            await asyncio.sleep(self.delay_s)
-        return self._result(messages)
+    prefix: str = ANSWER_PREFIX
 
 
 # -- mode (b): the peer library's get -> call -> put ----------------------------------------------

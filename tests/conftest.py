@@ -2,14 +2,32 @@
 
 In CI (``CI=true``) hypothesis runs derandomized: the same examples every run, so a red build always
 reproduces. Locally it explores new examples each run, which is where new counterexamples come from.
+
+guardcache's pytest fixtures (emulators, redis-server, a fake main model) are enabled the way an app
+enables them: ``pytest_plugins`` in the root conftest. Every test under ``tests/integration/`` talks
+to a real server and is marked ``integration`` here, so ``pytest -m "not integration"`` runs the unit
+tests only (``tests/unit/test_markers.py`` checks it).
 """
 
 from __future__ import annotations
 
 import os
+from pathlib import Path
 
+import pytest
 from hypothesis import settings
+
+pytest_plugins = ["guardcache.testing.pytest_plugin"]
 
 settings.register_profile("ci", derandomize=True, deadline=None, print_blob=True)
 settings.register_profile("dev", deadline=None)
 settings.load_profile("ci" if os.environ.get("CI") else "dev")
+
+INTEGRATION = Path(__file__).parent / "integration"
+
+
+@pytest.hookimpl(tryfirst=True)  # before -m deselects: the mark must be there when it looks
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        if item.path.is_relative_to(INTEGRATION):
+            item.add_marker(pytest.mark.integration)

@@ -34,13 +34,14 @@ from typing import Any, NamedTuple, Protocol
 from guardcache.cache import CacheInterface, Namespace
 from guardcache.cache.keys import digest_fields, normalize_text
 from guardcache.checks.verdict import CachedCheck, Verdict
+from guardcache.config.prompts import TaskPrompt
 from guardcache.errors import InputRejectedError, ParseError
 from guardcache.flows import DEFAULT_MAX_INPUT_CHARS, FlowSpec
 from guardcache.llm.client import ChatClient
-from guardcache.llm.stats import LLMCallInfo, record_call
+from guardcache.llm.records import LLMCallInfo, record_call
 from guardcache.llm.transport import split_parameters
 from guardcache.llm.types import Usage
-from guardcache.prompts import TaskPrompt, fingerprint, render_messages
+from guardcache.prompts import fingerprint, render_messages
 from guardcache.prompts.jinja import Settings
 
 #: Texts a warm-up request renders the templates around (neutral, so the answers do not matter).

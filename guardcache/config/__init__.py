@@ -1,7 +1,9 @@
 """The config boundary: ``config.yml`` (+ ``prompts.yml``) as validated, immutable pydantic models.
 
 pydantic stays in this package: the rest of guardcache reads these objects and never validates.
-``rails`` holds RailsConfig and the rails sections, ``models`` the model and cache entries, ``files``
+``rails`` holds RailsConfig and the rails sections, ``models`` the model and cache entries,
+``settings`` NeMo's per-rail settings (``rails.config``), ``prompts`` the ``prompts.yml`` schema, the
+shipped default prompts and picking a check's prompt, ``fields`` the field types they share, ``files``
 the YAML loading and merging, ``errors`` the file-and-field error messages, ``nemo_compat`` the NeMo
 settings accepted and ignored.
 """
@@ -15,6 +17,7 @@ from guardcache.config.models import (
     ModelConfig,
     RedisConfig,
 )
+from guardcache.config.prompts import PromptMessage, TaskPrompt
 from guardcache.config.rails import RailGroup, RailsConfig, RailsSection
 
 __all__ = [
@@ -24,8 +27,10 @@ __all__ = [
     "Engine",
     "ModelCacheConfig",
     "ModelConfig",
+    "PromptMessage",
     "RailGroup",
     "RailsConfig",
     "RailsSection",
     "RedisConfig",
+    "TaskPrompt",
 ]

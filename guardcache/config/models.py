@@ -8,11 +8,9 @@ named by ``api_key_env_var``, read at call time so a rotated key is picked up wi
 from __future__ import annotations
 
 import os
-import re
 from typing import Annotated, Any, Literal
 
 from pydantic import (
-    AfterValidator,
     AliasChoices,
     BaseModel,
     BeforeValidator,
@@ -23,9 +21,9 @@ from pydantic import (
 )
 
 from guardcache.config.errors import FieldError, Problem, show
+from guardcache.config.fields import STRICT, EnvVarName, PositiveFloat, PositiveInt, null_is_empty
 from guardcache.errors import ConfigError
 from guardcache.llm.transport import split_parameters, validate_base_url
-from guardcache.prompts.templates import PositiveInt, reject_bool
 
 Engine = Literal["nim", "nvidia_ai_endpoints", "openai", "vllm_openai"]
 """Engines guardcache serves, all with one OpenAI-compatible client."""
@@ -43,26 +41,6 @@ DEFAULT_NVIDIA_KEY_VAR = "NVIDIA_API_KEY"
 
 SECRET_PARAMETERS = frozenset({"api_key", "openai_api_key", "nvidia_api_key"})
 """Keys refused anywhere in a model's config: a key comes from ``api_key_env_var``, never from YAML."""
-
-PositiveFloat = Annotated[float, BeforeValidator(reject_bool), Field(gt=0, allow_inf_nan=False)]
-_ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
-STRICT = ConfigDict(extra="forbid", frozen=True)
-
-
-def null_is_empty(value: Any) -> Any:
-    """``cache:`` / ``stats:`` written with nothing after them mean the defaults, as in NeMo."""
-    return {} if value is None else value
-
-
-def _check_env_name(value: str) -> str:
-    if _ENV_NAME.fullmatch(value):
-        return value
-    bare = value.lstrip("$").strip("{}")
-    hint = f" (write {bare}, not {value})" if _ENV_NAME.fullmatch(bare) else ""
-    raise ValueError(f"expected the name of an environment variable{hint} (got {value!r})")
-
-
-EnvVarName = Annotated[str, AfterValidator(_check_env_name)]
 
 
 def _parameter_problems(params: dict[str, Any]) -> list[Problem]:
@@ -314,10 +292,7 @@ __all__ = [
     "SECRET_PARAMETERS",
     "CacheStatsConfig",
     "Engine",
-    "EnvVarName",
     "ModelCacheConfig",
     "ModelConfig",
-    "PositiveFloat",
     "RedisConfig",
-    "null_is_empty",
 ]

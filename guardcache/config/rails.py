@@ -26,20 +26,15 @@ from pydantic import (
 
 from guardcache.checks import catalog as _catalog  # registers every check's flows
 from guardcache.config.errors import FieldError, Problem, from_validation_error, show
+from guardcache.config.fields import STRICT, PositiveFloat, PositiveInt, null_is_empty
 from guardcache.config.files import MergedSources, load_path, parse_mapping, parse_yaml
-from guardcache.config.models import (
-    STRICT,
-    ModelConfig,
-    PositiveFloat,
-    null_is_empty,
-)
+from guardcache.config.models import ModelConfig
 from guardcache.config.nemo_compat import strip_unused_nemo_keys
+from guardcache.config.prompts import TaskPrompt, default_prompts, select_prompt, split_task, with_defaults
 from guardcache.config.settings import RailSettings
 from guardcache.errors import ConfigError
 from guardcache.flows import DEFAULT_MAX_INPUT_CHARS, KNOWN_FLOWS, FlowRef, FlowSpec, prompt_variables
-from guardcache.prompts.loader import default_prompts, select_prompt, with_defaults
 from guardcache.prompts.render import template_problems
-from guardcache.prompts.templates import PositiveInt, TaskPrompt, split_task
 
 assert _catalog.PARSERS  # the import above is for its side effect: the flows exist before validation
 

@@ -15,7 +15,7 @@ from typing import Annotated, Any
 from pydantic import BaseModel, BeforeValidator, Field, field_validator, model_validator
 
 from guardcache.config.errors import FieldError
-from guardcache.config.models import STRICT, EnvVarName, null_is_empty
+from guardcache.config.fields import STRICT, EnvVarName, null_is_empty
 from guardcache.errors import ConfigError
 from guardcache.llm.transport import validate_base_url
 

@@ -10,9 +10,7 @@ from typing import TYPE_CHECKING, Any
 
 from guardcache.llm.client import DEFAULT_TIMEOUT, INPUT_REJECTED_STATUSES, ChatClient
 from guardcache.llm.pool import DEFAULT_LIMITS, ClientPool, aclose_all, get_http_client
-from guardcache.llm.response import parse_usage
-from guardcache.llm.retry import RetryPolicy, parse_retry_after
-from guardcache.llm.stats import (
+from guardcache.llm.records import (
     ExplainInfo,
     LLMCallInfo,
     current,
@@ -20,6 +18,8 @@ from guardcache.llm.stats import (
     record_call,
     request_scope,
 )
+from guardcache.llm.response import parse_usage
+from guardcache.llm.retry import RetryPolicy, parse_retry_after
 from guardcache.llm.transport import TRANSPORT_KEYS, TransportSettings, split_parameters, validate_base_url
 from guardcache.llm.types import ChatResult, Usage
 

@@ -2,7 +2,7 @@
 
 ``GuardcacheChatModel`` is a thin adapter: LangChain messages in, :meth:`ChatClient.complete` on the
 wire, an ``AIMessage`` with ``usage_metadata`` out. It is deliberately pure: it records nothing in
-:mod:`guardcache.llm.stats`, because only the runtime knows what a call was for (its task name).
+:mod:`guardcache.llm.records`, because only the runtime knows what a call was for (its task name).
 
 No loop-bound resource is held on the model: its ChatClient gets connections from the pool of the
 running loop, so one model instance serves ``ainvoke`` on any loop and ``invoke`` from plain code.
@@ -16,7 +16,7 @@ from collections.abc import Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
-import httpx2 as httpx
+import httpx2
 from langchain_core.callbacks import AsyncCallbackManagerForLLMRun, CallbackManagerForLLMRun
 from langchain_core.language_models import BaseChatModel, LangSmithParams
 from langchain_core.messages import (
@@ -76,7 +76,7 @@ class GuardcacheChatModel(BaseChatModel):
 
     ``timeout`` is the read timeout, longer by default (60 s) than a guard call's, because a main-LLM
     answer can be long; connect stays short so a dead server fails fast. ``transport`` is for tests
-    (``httpx.MockTransport``) and custom network stacks.
+    (``httpx2.MockTransport``) and custom network stacks.
     """
 
     base_url: str
@@ -90,7 +90,7 @@ class GuardcacheChatModel(BaseChatModel):
     max_retries: int = 2
     model_kwargs: dict[str, Any] = Field(default_factory=dict)
     """Extra request body fields (``top_p``, ``seed``, ``extra_body``-style server options)."""
-    transport: httpx.AsyncBaseTransport | None = Field(default=None, exclude=True, repr=False)
+    transport: httpx2.AsyncBaseTransport | None = Field(default=None, exclude=True, repr=False)
 
     _client: ChatClient | None = PrivateAttr(default=None)
     _client_built_for: tuple[Any, ...] = PrivateAttr(default=())
@@ -131,7 +131,7 @@ class GuardcacheChatModel(BaseChatModel):
                 model=self.model,
                 api_key=self.api_key.get_secret_value() if self.api_key else None,
                 provider=self.provider,
-                timeout=httpx.Timeout(self.timeout, connect=self.connect_timeout),
+                timeout=httpx2.Timeout(self.timeout, connect=self.connect_timeout),
                 retry=RetryPolicy(max_retries=self.max_retries),
                 transport=self.transport,
             )

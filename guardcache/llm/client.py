@@ -1,7 +1,7 @@
 """An async client for OpenAI-compatible chat completion servers (NIM, vLLM, llama.cpp, OpenAI).
 
 Layers you can see: :class:`ChatClient` builds the request and reads the answer; an
-``httpx.AsyncClient`` (shared per base URL and event loop, behind a FIFO admission gate, see
+``httpx2.AsyncClient`` (shared per base URL and event loop, behind a FIFO admission gate, see
 :mod:`guardcache.llm.pool`) carries it; :class:`~guardcache.llm.retry.RetryPolicy` decides whether a
 failure is tried again. Every failure that survives the retries is raised as one of the typed
 ``BackendError`` subclasses of :mod:`guardcache.errors`, whose message names the URL and what to do.
@@ -32,7 +32,7 @@ from dataclasses import dataclass
 from types import TracebackType
 from typing import Any, Self
 
-import httpx2 as httpx
+import httpx2
 
 from guardcache.errors import (
     BackendConnectionError,
@@ -57,7 +57,7 @@ from guardcache.llm.types import ChatResult
 
 logger = logging.getLogger(__name__)
 
-DEFAULT_TIMEOUT = httpx.Timeout(connect=2.0, read=10.0, write=5.0, pool=5.0)
+DEFAULT_TIMEOUT = httpx2.Timeout(connect=2.0, read=10.0, write=5.0, pool=5.0)
 """Phase timeouts of a guard call, in seconds; the whole call is bounded by its read timeout (10 s).
 
 connect 2 s: a backend on the same network connects in milliseconds; 2 s waiting for a handshake
@@ -81,15 +81,15 @@ RETRY_LOG_INTERVAL = 10.0
 """Seconds between two retry WARNING lines of one client; the lines in between are counted."""
 
 
-def phase_timeouts(total: float | None) -> httpx.Timeout:
-    """httpx phase timeouts inside a whole-call budget of ``total`` seconds (None: no limits).
+def phase_timeouts(total: float | None) -> httpx2.Timeout:
+    """httpx2 phase timeouts inside a whole-call budget of ``total`` seconds (None: no limits).
 
     The phases only classify a failure early (a connect timeout is retried, a read timeout is
     not); the budget itself is enforced around the whole call.
     """
     if total is None:
-        return httpx.Timeout(None)
-    return httpx.Timeout(total, connect=min(DEFAULT_CONNECT_TIMEOUT, total), pool=None)
+        return httpx2.Timeout(None)
+    return httpx2.Timeout(total, connect=min(DEFAULT_CONNECT_TIMEOUT, total), pool=None)
 
 
 @dataclass(slots=True, frozen=True)
@@ -137,7 +137,7 @@ class ChatClient:
         provider: a label copied into :class:`Usage` (``"nim"``, ``"vllm"``, ``"openai"``).
         timeout: one number: seconds for the WHOLE call (a config's ``timeout: 2`` means "every
             check within 2 s"), with phase timeouts inside it (see :func:`phase_timeouts`). An
-            ``httpx.Timeout``: the phases as given, and the whole call within its read timeout.
+            ``httpx2.Timeout``: the phases as given, and the whole call within its read timeout.
             None: no limit.
         deadline_s: the whole-call budget in seconds, when it should differ from the one the
             timeout implies. Each call may also pass an absolute ``deadline``; the earlier wins.
@@ -145,7 +145,7 @@ class ChatClient:
         default_params: body fields added to every request (``temperature``, ``max_tokens``...);
             per-call ``params`` override them.
         default_headers: extra headers of every request (a gateway's routing header...).
-        transport: an httpx transport for a private AsyncClient (tests: ``httpx.MockTransport``).
+        transport: an httpx transport for a private AsyncClient (tests: ``httpx2.MockTransport``).
             The client wrapping it is owned, and closed (with the transport) by :meth:`aclose`.
         http_client: an AsyncClient to use as is; not owned, never closed here, and without the
             pool's admission gate. Must belong to the loop the calls run on.
@@ -163,13 +163,13 @@ class ChatClient:
         model: str,
         api_key: str | None = None,
         provider: str = "nim",
-        timeout: httpx.Timeout | float | None = DEFAULT_TIMEOUT,
+        timeout: httpx2.Timeout | float | None = DEFAULT_TIMEOUT,
         deadline_s: float | None = None,
         retry: RetryPolicy | None = None,
         default_params: Mapping[str, Any] | None = None,
         default_headers: Mapping[str, str] | None = None,
-        transport: httpx.AsyncBaseTransport | None = None,
-        http_client: httpx.AsyncClient | None = None,
+        transport: httpx2.AsyncBaseTransport | None = None,
+        http_client: httpx2.AsyncClient | None = None,
         pool: ClientPool | None = None,
         sleep: Callable[[float], Awaitable[None]] | None = None,
     ) -> None:
@@ -186,7 +186,7 @@ class ChatClient:
             self.timeout = phase_timeouts(float(timeout))
             implied: float | None = float(timeout)
         else:
-            self.timeout = httpx.Timeout(timeout)
+            self.timeout = httpx2.Timeout(timeout)
             implied = self.timeout.read
         if deadline_s is not None and not deadline_s > 0:
             raise ValueError(f"ChatClient: deadline_s must be > 0 seconds, got {deadline_s}")
@@ -194,7 +194,7 @@ class ChatClient:
         if self.deadline_s is not None:
             # Queueing for a connection is bounded by the call's budget, like everything else; a
             # separate pool timeout would fail a burst that could still be served in time.
-            self.timeout = httpx.Timeout(
+            self.timeout = httpx2.Timeout(
                 connect=self.timeout.connect, read=self.timeout.read, write=self.timeout.write, pool=None
             )
         self.retry = retry if retry is not None else RetryPolicy()
@@ -371,9 +371,9 @@ class ChatClient:
                     response = await lane.client.post(
                         self.url, json=body, headers=self._headers, timeout=self.timeout
                     )
-        except httpx.TransportError as exc:
+        except httpx2.TransportError as exc:
             return self._classify_transport(exc)
-        except httpx.DecodingError as exc:  # a body the content-encoding cannot decode
+        except httpx2.DecodingError as exc:  # a body the content-encoding cannot decode
             return _Failure(
                 BackendProtocolError,
                 f"{self.url} sent a body that could not be decoded ({type(exc).__name__})",
@@ -402,15 +402,15 @@ class ChatClient:
             url=self.url,
         )
 
-    def _classify_transport(self, exc: httpx.TransportError) -> _Failure:
+    def _classify_transport(self, exc: httpx2.TransportError) -> _Failure:
         kind = type(exc).__name__
         # OS and timeout messages ("[Errno 111] Connection refused") say what happened; protocol
         # errors can quote bytes the server sent (h11's "illegal status line: ..."), so only
         # their class is shown.
-        detail = str(exc) if isinstance(exc, httpx.NetworkError | httpx.TimeoutException) else ""
+        detail = str(exc) if isinstance(exc, httpx2.NetworkError | httpx2.TimeoutException) else ""
         reason = f"{kind}: {detail[:200]}" if detail else kind
         retry = self.retry
-        if isinstance(exc, httpx.ConnectTimeout):
+        if isinstance(exc, httpx2.ConnectTimeout):
             return _Failure(
                 BackendConnectionError,
                 f"could not connect to {self.url} within {self.timeout.connect} s (connect "
@@ -419,19 +419,19 @@ class ChatClient:
                 retry.retry_connect_errors,
                 cause=exc,
             )
-        if isinstance(exc, httpx.PoolTimeout):
+        if isinstance(exc, httpx2.PoolTimeout):
             # Our own pool is saturated: retrying would only add to the queue.
             return _Failure(
                 BackendTimeoutError,
                 f"no free connection to {self.url} within the pool timeout ({self.timeout.pool} s); "
                 "too many calls in flight: lower the concurrency, or raise the pool timeout or "
-                "httpx.Limits.max_connections",
+                "httpx2.Limits.max_connections",
                 reason,
                 False,
                 cause=exc,
             )
-        if isinstance(exc, httpx.TimeoutException):  # ReadTimeout, WriteTimeout
-            phase = "write" if isinstance(exc, httpx.WriteTimeout) else "read"
+        if isinstance(exc, httpx2.TimeoutException):  # ReadTimeout, WriteTimeout
+            phase = "write" if isinstance(exc, httpx2.WriteTimeout) else "read"
             limit = self.timeout.write if phase == "write" else self.timeout.read
             return _Failure(
                 BackendTimeoutError,
@@ -442,7 +442,7 @@ class ChatClient:
                 retry.retry_read_timeouts,
                 cause=exc,
             )
-        if isinstance(exc, httpx.ConnectError):
+        if isinstance(exc, httpx2.ConnectError):
             return _Failure(
                 BackendConnectionError,
                 f"could not connect to {self.url} ({reason}); check that the server is "
@@ -451,7 +451,7 @@ class ChatClient:
                 retry.retry_connect_errors,
                 cause=exc,
             )
-        if isinstance(exc, httpx.RemoteProtocolError | httpx.ReadError | httpx.WriteError):
+        if isinstance(exc, httpx2.RemoteProtocolError | httpx2.ReadError | httpx2.WriteError):
             # Typically a keep-alive connection the server (or a proxy) closed while idle.
             return _Failure(
                 BackendConnectionError,
@@ -461,7 +461,7 @@ class ChatClient:
                 retry.retry_connect_errors,
                 cause=exc,
             )
-        if isinstance(exc, httpx.UnsupportedProtocol):
+        if isinstance(exc, httpx2.UnsupportedProtocol):
             return _Failure(
                 BackendConnectionError,
                 f"invalid base_url {self.base_url!r} ({reason}); it must start with http:// or "
@@ -478,7 +478,7 @@ class ChatClient:
             cause=exc,
         )
 
-    def _classify_status(self, response: httpx.Response) -> _Failure:
+    def _classify_status(self, response: httpx2.Response) -> _Failure:
         status = response.status_code
         # The standard phrase, not the server's: a status line is server text like any other.
         try:
@@ -530,7 +530,7 @@ class ChatClient:
     def _param_names(self) -> list[str]:
         return ["model", "messages", *sorted(self.default_params)]
 
-    def _parse(self, response: httpx.Response) -> ChatResult | _Failure:
+    def _parse(self, response: httpx2.Response) -> ChatResult | _Failure:
         try:
             completion = read_completion(response.json())
         except MalformedResponse as exc:

@@ -23,12 +23,12 @@ Why an admission gate: a burst larger than ``max_connections`` used to queue ins
 where every pool event (a request added, a response closed) walks the whole queue, so a burst of n
 costs O(n^2), and the wait was bounded by a fixed pool timeout (5 s) unrelated to the caller's
 deadline: 2,000 concurrent distinct checks failed 2-5% with "no free connection". So each (loop,
-base URL) gets an ``asyncio.Semaphore`` in front of httpx (FIFO, O(1) per event), and the wait is
+base URL) gets an ``asyncio.Semaphore`` in front of httpx2 (FIFO, O(1) per event), and the wait is
 bounded by the caller's own deadline (the ``asyncio.timeout`` around the call), not by a separate
 pool timeout. The gate admits TWICE ``max_connections``: with exactly ``max_connections``, a
-finished request's connection goes back to httpx idle, with nobody queued, until the woken waiter
+finished request's connection goes back to httpx2 idle, with nobody queued, until the woken waiter
 sends on it an event-loop iteration later, and every pool event in between probes it. Keeping up to
-``max_connections`` requests queued inside httpx lets it hand a released connection straight to the
+``max_connections`` requests queued inside httpx2 lets it hand a released connection straight to the
 next one. Measured (2,000 concurrent calls to a canned-response server, 100 connections; counts are
 deterministic, CPU times noisy on a shared 2-core VM): idle-socket probes 64,101 with a gate of 100,
 4,674 with a gate of 200 or none; requests walked by the pool 321k / 584k / 4.39M; CPU in the pool's
@@ -48,16 +48,16 @@ import ssl
 import threading
 import weakref
 
-import httpx2 as httpx
+import httpx2
 
-DEFAULT_LIMITS = httpx.Limits(max_connections=100, max_keepalive_connections=32, keepalive_expiry=4.0)
+DEFAULT_LIMITS = httpx2.Limits(max_connections=100, max_keepalive_connections=32, keepalive_expiry=4.0)
 """Up to 100 concurrent requests per backend before requests queue (FIFO, in the pool's admission
 gate, bounded by each call's deadline), and up to 32 of those connections kept alive when idle.
 
 Why 32 and not all 100: every pool event probes each idle connection's socket, so idle connections
 left over from a burst tax every later request (measured against the emulator on 2 vCPUs, after a
 burst of 200: with 100 kept, 16 concurrent checks cost 4.6 ms of client CPU each and ran at 213/s;
-with 32 kept, 1.5 ms and 631/s). Why not httpx's default of 20: sustained concurrency above the
+with 32 kept, 1.5 ms and 631/s). Why not httpx2's default of 20: sustained concurrency above the
 keep-alive count closes and reopens a connection per request (at 64 concurrent: 1.7 ms and 577/s
 with 20 kept, 1.2 ms and 820/s with 32 or 100). Idle connections expire after 4 s, under the 5 s
 keep-alive of common servers (uvicorn, many proxies), so the client rarely reuses a connection the
@@ -74,7 +74,7 @@ def shared_ssl_context() -> ssl.SSLContext:
     clients, and the sync API runs a loop per request, so without sharing every sync request would
     stall ~30 ms per backend before sending a byte. ``SSLContext`` is safe to share across threads.
     """
-    return httpx.create_ssl_context()
+    return httpx2.create_ssl_context()
 
 
 def normalize_base_url(base_url: str) -> str:
@@ -83,7 +83,7 @@ def normalize_base_url(base_url: str) -> str:
 
 
 ADMISSION_FACTOR = 2
-"""The admission gate lets ``ADMISSION_FACTOR * max_connections`` requests into httpx (see above)."""
+"""The admission gate lets ``ADMISSION_FACTOR * max_connections`` requests into httpx2 (see above)."""
 
 
 class Lane:
@@ -94,20 +94,20 @@ class Lane:
 
     __slots__ = ("client", "gate")
 
-    def __init__(self, client: httpx.AsyncClient, gate: asyncio.Semaphore | None) -> None:
+    def __init__(self, client: httpx2.AsyncClient, gate: asyncio.Semaphore | None) -> None:
         self.client = client
         self.gate = gate
 
 
 class ClientPool:
-    """Shares one ``httpx.AsyncClient`` per base URL within each event loop.
+    """Shares one ``httpx2.AsyncClient`` per base URL within each event loop.
 
     Thread-safe: each loop runs in one thread and only touches its own inner dict; the outer map
     from loop to inner dict is guarded by a lock held for a dict operation only.
 
-    ``transport`` makes every client of this pool send through it (tests: ``httpx.MockTransport``);
+    ``transport`` makes every client of this pool send through it (tests: ``httpx2.MockTransport``);
     closing a client closes its transport, so a pool with a transport is meant to be private to
-    one owner. ``limits`` configure httpx's default transport when there is no ``transport``;
+    one owner. ``limits`` configure httpx2's default transport when there is no ``transport``;
     their ``max_connections`` also sizes each base URL's admission gate (see :class:`Lane`), with or
     without a transport.
     """
@@ -115,8 +115,8 @@ class ClientPool:
     def __init__(
         self,
         *,
-        limits: httpx.Limits = DEFAULT_LIMITS,
-        transport: httpx.AsyncBaseTransport | None = None,
+        limits: httpx2.Limits = DEFAULT_LIMITS,
+        transport: httpx2.AsyncBaseTransport | None = None,
     ) -> None:
         self._limits = limits
         self._transport = transport
@@ -148,24 +148,24 @@ class ClientPool:
             lane.client = self._new_client()
         return lane
 
-    def get(self, base_url: str) -> httpx.AsyncClient:
+    def get(self, base_url: str) -> httpx2.AsyncClient:
         """The shared client for ``base_url`` on the running loop (see :meth:`lane`).
 
-        Requests sent on it directly bypass the admission gate, so they may queue in httpx's pool.
+        Requests sent on it directly bypass the admission gate, so they may queue in httpx2's pool.
         """
         return self.lane(base_url).client
 
-    def _new_client(self) -> httpx.AsyncClient:
-        return httpx.AsyncClient(
+    def _new_client(self) -> httpx2.AsyncClient:
+        return httpx2.AsyncClient(
             limits=self._limits,
             transport=self._transport,
             verify=shared_ssl_context(),
             headers={"User-Agent": USER_AGENT},
             # Timeouts are passed per request by each ChatClient; this is only a fallback.
-            timeout=httpx.Timeout(10.0, connect=2.0),
+            timeout=httpx2.Timeout(10.0, connect=2.0),
         )
 
-    def clients_for_running_loop(self) -> dict[str, httpx.AsyncClient]:
+    def clients_for_running_loop(self) -> dict[str, httpx2.AsyncClient]:
         """A snapshot of the running loop's clients by normalized base URL (for tests and stats)."""
         loop = asyncio.get_running_loop()
         with self._lock:
@@ -195,7 +195,7 @@ def default_pool() -> ClientPool:
     return _DEFAULT_POOL
 
 
-def get_http_client(base_url: str) -> httpx.AsyncClient:
+def get_http_client(base_url: str) -> httpx2.AsyncClient:
     """The shared AsyncClient for ``base_url`` on the running loop (see :class:`ClientPool`)."""
     return _DEFAULT_POOL.get(base_url)
 

@@ -1,4 +1,9 @@
-"""Task prompt templates shipped as data (YAML), the user's overrides, and their rendering."""
+"""Rendering prompt templates (NeMo Guardrails' Jinja syntax, sandboxed, single pass), and the
+NemoGuard prompts shipped as data (``*.yml`` here).
+
+Which prompt a check uses (the ``prompts.yml`` schema, the defaults, the user's overrides) is the
+config's business: ``guardcache.config.prompts``. This package imports nothing of the config.
+"""
 
 from guardcache.prompts.jinja import (
     KNOWN_SETTINGS,
@@ -10,8 +15,9 @@ from guardcache.prompts.jinja import (
     compile_template,
     register_setting,
 )
-from guardcache.prompts.loader import default_prompts, select_prompt, with_defaults
 from guardcache.prompts.render import (
+    RenderableMessage,
+    RenderablePrompt,
     fingerprint,
     placeholders,
     render,
@@ -19,27 +25,22 @@ from guardcache.prompts.render import (
     static_prefix,
     template_problems,
 )
-from guardcache.prompts.templates import PromptMessage, TaskPrompt, split_task
 
 __all__ = [
     "KNOWN_SETTINGS",
     "CompiledTemplate",
-    "PromptMessage",
+    "RenderableMessage",
+    "RenderablePrompt",
     "Setting",
     "Settings",
-    "TaskPrompt",
     "TemplateCompileError",
     "TemplateRenderError",
     "compile_template",
-    "default_prompts",
     "fingerprint",
     "placeholders",
     "register_setting",
     "render",
     "render_messages",
-    "select_prompt",
-    "split_task",
     "static_prefix",
     "template_problems",
-    "with_defaults",
 ]

@@ -14,21 +14,51 @@ true, whatever the template uses (``{{ name }}``, ``{% if %}``, loops, filters; 
 
 ``settings`` are read-only values the runtime gives every template of a check (``reasoning_enabled``
 and the other ``KNOWN_SETTINGS``); where a function takes them, ``None`` means the defaults.
+
+A whole prompt is anything shaped like a ``RenderablePrompt`` (the config's ``TaskPrompt`` is): this
+package renders templates and never validates configuration, so it does not import the config.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Collection, Mapping
-from typing import Any
+from collections.abc import Collection, Mapping, Sequence
+from typing import Any, Protocol
 
 from guardcache.prompts import jinja
 from guardcache.prompts.jinja import Settings, compile_template
 from guardcache.prompts.legacy import PLACEHOLDER
-from guardcache.prompts.templates import TaskPrompt
 
 _FINGERPRINT_VERSION = "guardcache.prompt.v1"
+
+
+class RenderableMessage(Protocol):
+    """One entry of a message-list prompt: a chat role (``None``: a NeMo message expression) and a
+    template."""
+
+    @property
+    def type(self) -> str | None: ...
+    @property
+    def content(self) -> str: ...
+
+
+class RenderablePrompt(Protocol):
+    """What rendering and fingerprinting read of a prompt (``guardcache.config.prompts.TaskPrompt``):
+    one template (``content``) or a list of them (``messages``), and the answer settings."""
+
+    @property
+    def task(self) -> str: ...
+    @property
+    def content(self) -> str | None: ...
+    @property
+    def messages(self) -> Sequence[RenderableMessage] | None: ...
+    @property
+    def output_parser(self) -> str | None: ...
+    @property
+    def max_tokens(self) -> int | None: ...
+    @property
+    def stop(self) -> Sequence[str] | None: ...
 
 
 def placeholders(template: str) -> list[str]:
@@ -63,7 +93,7 @@ def render(template: str, variables: Mapping[str, str], settings: Mapping[str, A
 
 
 def render_messages(
-    prompt: TaskPrompt, variables: Mapping[str, str], settings: Mapping[str, Any] | None = None
+    prompt: RenderablePrompt, variables: Mapping[str, str], settings: Mapping[str, Any] | None = None
 ) -> list[dict[str, str]]:
     """Render a prompt to OpenAI-style ``{"role", "content"}`` dicts.
 
@@ -95,7 +125,7 @@ def static_prefix(template: str) -> str:
     return compile_template(template).static_prefix
 
 
-def fingerprint(prompt: TaskPrompt, settings: Mapping[str, Any] | None = None) -> str:
+def fingerprint(prompt: RenderablePrompt, settings: Mapping[str, Any] | None = None) -> str:
     """A short, stable hex digest of everything in a prompt that shapes the model's answer.
 
     Covers the template (``content`` or every message's role and text), ``output_parser``,
@@ -121,7 +151,7 @@ def fingerprint(prompt: TaskPrompt, settings: Mapping[str, Any] | None = None) -
     return hashlib.sha256(encoded.encode("utf-8")).hexdigest()[:16]
 
 
-def _settings_read(prompt: TaskPrompt, settings: Settings) -> list[list[Any]]:
+def _settings_read(prompt: RenderablePrompt, settings: Settings) -> list[list[Any]]:
     """``[name, value]`` for each setting the prompt's templates read (``[name]`` if undefined)."""
     texts = [prompt.content] if prompt.content is not None else [m.content for m in prompt.messages or ()]
     names: set[str] = set()
@@ -151,6 +181,8 @@ def _clip(text: str, limit: int = 40) -> str:
 
 __all__ = [
     "PLACEHOLDER",
+    "RenderableMessage",
+    "RenderablePrompt",
     "fingerprint",
     "placeholders",
     "render",

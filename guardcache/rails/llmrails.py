@@ -19,7 +19,7 @@ from guardcache.checks.verdict import RailResult
 from guardcache.config import RailGroup, RailsConfig
 from guardcache.errors import ConfigError
 from guardcache.llm.pool import aclose_all
-from guardcache.llm.stats import LLMCallInfo, record_call, request_scope
+from guardcache.llm.records import LLMCallInfo, record_call, request_scope
 from guardcache.llm.transport import split_parameters
 from guardcache.llm.types import Usage
 from guardcache.rails.builder import build_runtime

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import NamedTuple
 
 from guardcache.checks.verdict import RailResult
-from guardcache.llm.stats import ExplainInfo, LLMCallInfo
+from guardcache.llm.records import ExplainInfo, LLMCallInfo
 
 REFUSAL = "I'm sorry, I can't respond to that."
 

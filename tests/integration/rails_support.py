@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from guardcache import LLMRails, RailsConfig
-from guardcache.prompts import default_prompts
+from guardcache.config.prompts import default_prompts
 
 
 def guard_config(

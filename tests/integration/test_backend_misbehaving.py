@@ -16,7 +16,7 @@ import socket
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 
-import httpx2 as httpx
+import httpx2
 import pytest
 
 from guardcache import LLMRails
@@ -30,7 +30,7 @@ from guardcache.errors import (
 )
 from guardcache.llm.client import ChatClient
 from guardcache.llm.pool import aclose_all
-from tests.integration.conftest import EmulatorFactory
+from guardcache.testing.pytest_plugin import EmulatorFactory
 from tests.integration.rails_support import guard_config, user
 
 pytestmark = pytest.mark.integration
@@ -297,7 +297,7 @@ async def test_an_error_body_quoting_the_prompt_reaches_no_log_and_no_error(
 async def test_2000_concurrent_distinct_calls_all_succeed(emulator: EmulatorServer) -> None:
     # The phases of the old default: a queue for a connection longer than pool=5 s used to fail
     # the calls still waiting (2-5% of such a burst). Now only the call's budget bounds the wait.
-    client = ChatClient(emulator.base_url, model=MODEL, timeout=httpx.Timeout(120, connect=2, pool=5))
+    client = ChatClient(emulator.base_url, model=MODEL, timeout=httpx2.Timeout(120, connect=2, pool=5))
     results = await asyncio.gather(
         *(client.complete([{"role": "user", "content": f"distinct message {i}"}]) for i in range(2000)),
         return_exceptions=True,

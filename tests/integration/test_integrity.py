@@ -12,7 +12,7 @@ import time
 import pytest
 
 from guardcache import LLMRails, RailsConfig
-from tests.integration.conftest import EmulatorFactory
+from guardcache.testing.pytest_plugin import EmulatorFactory
 from tests.integration.rails_support import guard_config, user
 
 BOMB = "how do I build a bomb?"

@@ -8,7 +8,8 @@ from langchain_core.language_models.fake_chat_models import FakeListChatModel
 
 from guardcache import REFUSAL, LLMRails
 from guardcache.emulator import EmulatorServer
-from tests.integration.conftest import TEST_DEFAULT_CONFIG, EmulatorFactory
+from guardcache.testing.pytest_plugin import TEST_EMULATOR_CONFIG as TEST_DEFAULT_CONFIG
+from guardcache.testing.pytest_plugin import EmulatorFactory
 from tests.integration.rails_support import guard_config, user
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-import httpx2 as httpx
+import httpx2
 import pytest
 
 from guardcache import RailsConfig
@@ -18,11 +18,12 @@ from guardcache.checks.content_safety.parsers import (
     parse_response_safety,
 )
 from guardcache.checks.verdict import CachedCheck, Verdict
+from guardcache.config.prompts import default_prompts
 from guardcache.errors import BackendStatusError, InputRejectedError, ParseError
 from guardcache.flows import KNOWN_FLOWS
 from guardcache.llm import ChatClient, RetryPolicy, Usage
-from guardcache.llm.stats import request_scope
-from guardcache.prompts import default_prompts, static_prefix
+from guardcache.llm.records import request_scope
+from guardcache.prompts import static_prefix
 
 
 @pytest.mark.parametrize(
@@ -116,11 +117,11 @@ class Recorder:
         self.bodies: list[dict[str, Any]] = []
         self.content, self.status = content, status
 
-    def __call__(self, request: httpx.Request) -> httpx.Response:
+    def __call__(self, request: httpx2.Request) -> httpx2.Response:
         self.bodies.append(json.loads(request.content))
         if self.status != 200:
-            return httpx.Response(self.status, json={"error": {"message": "busy"}})
-        return httpx.Response(
+            return httpx2.Response(self.status, json={"error": {"message": "busy"}})
+        return httpx2.Response(
             200,
             json={
                 "id": "x",
@@ -140,7 +141,7 @@ def make_check(
     client = ChatClient(
         "http://nim.test/v1",
         model="nvidia/llama-3.1-nemoguard-8b-content-safety",
-        transport=httpx.MockTransport(recorder),
+        transport=httpx2.MockTransport(recorder),
         retry=RetryPolicy(max_retries=0),
     )
     parser = parse_prompt_safety if task.endswith("input") else parse_response_safety

@@ -9,8 +9,9 @@ from pathlib import Path
 import pytest
 
 from guardcache.config import RailsConfig
+from guardcache.config.prompts import default_prompts
 from guardcache.errors import ConfigError
-from guardcache.prompts import default_prompts, fingerprint
+from guardcache.prompts import fingerprint
 
 REPO = Path(__file__).resolve().parents[2]
 

@@ -6,7 +6,7 @@ import asyncio
 import json
 from typing import Any
 
-import httpx2 as httpx
+import httpx2
 import pytest
 from langchain_core.messages import (
     AIMessage,
@@ -18,7 +18,7 @@ from langchain_core.messages import (
 )
 
 from guardcache.errors import BackendStatusError
-from guardcache.llm import stats
+from guardcache.llm import records
 from guardcache.llm.chat_model import GuardcacheChatModel, to_openai_messages
 
 BASE = "http://main-llm.test/v1"
@@ -30,16 +30,16 @@ class Backend:
     def __init__(self, status: int = 200, *, cached: int | None = 96) -> None:
         self.status = status
         self.cached = cached
-        self.requests: list[httpx.Request] = []
+        self.requests: list[httpx2.Request] = []
 
-    def __call__(self, request: httpx.Request) -> httpx.Response:
+    def __call__(self, request: httpx2.Request) -> httpx2.Response:
         self.requests.append(request)
         if self.status != 200:
-            return httpx.Response(self.status, json={"error": {"message": "nope"}})
+            return httpx2.Response(self.status, json={"error": {"message": "nope"}})
         usage: dict[str, Any] = {"prompt_tokens": 120, "completion_tokens": 7, "total_tokens": 127}
         if self.cached is not None:
             usage["prompt_tokens_details"] = {"cached_tokens": self.cached}
-        return httpx.Response(
+        return httpx2.Response(
             200,
             json={
                 "model": "meta/llama-3.1-8b-instruct",
@@ -62,7 +62,7 @@ def make_model(backend: Backend, **kwargs: Any) -> GuardcacheChatModel:
     return GuardcacheChatModel(
         base_url=BASE,
         model="meta/llama-3.1-8b-instruct",
-        transport=httpx.MockTransport(backend),
+        transport=httpx2.MockTransport(backend),
         max_retries=0,
         **kwargs,
     )
@@ -154,7 +154,7 @@ def test_sync_invoke_propagates_typed_errors() -> None:
 
 
 async def test_the_chat_model_records_nothing_in_request_stats() -> None:
-    with stats.request_scope() as info:
+    with records.request_scope() as info:
         await make_model(Backend()).ainvoke("hi")
     assert info.llm_calls == []
 
@@ -195,7 +195,7 @@ async def test_a_copy_with_another_base_url_does_not_reuse_the_old_client() -> N
     model = make_model(first)
     await model.ainvoke("hi")
     copy = model.model_copy(
-        update={"base_url": "http://other.test/v1", "transport": httpx.MockTransport(second)}
+        update={"base_url": "http://other.test/v1", "transport": httpx2.MockTransport(second)}
     )
     await copy.ainvoke("hi")
     assert len(first.requests) == 1

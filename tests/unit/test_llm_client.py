@@ -1,4 +1,4 @@
-"""ChatClient, RetryPolicy and the per-loop client pool, over httpx.MockTransport (no sockets)."""
+"""ChatClient, RetryPolicy and the per-loop client pool, over httpx2.MockTransport (no sockets)."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from datetime import UTC, datetime, timedelta
 from email.utils import format_datetime
 from typing import Any
 
-import httpx2 as httpx
+import httpx2
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
@@ -34,7 +34,7 @@ URL = f"{BASE}/chat/completions"
 SECRET_USER_TEXT = "my card number is 4111 1111 1111 1111"
 MESSAGES = [{"role": "user", "content": SECRET_USER_TEXT}]
 
-Handler = Callable[[httpx.Request], httpx.Response]
+Handler = Callable[[httpx2.Request], httpx2.Response]
 
 
 def completion(
@@ -68,18 +68,18 @@ USAGE = {"prompt_tokens": 400, "completion_tokens": 8, "total_tokens": 408}
 class Script:
     """A MockTransport handler that plays a list of responses/exceptions and records requests."""
 
-    def __init__(self, *steps: httpx.Response | Exception | int) -> None:
+    def __init__(self, *steps: httpx2.Response | Exception | int) -> None:
         self.steps = list(steps)
-        self.requests: list[httpx.Request] = []
+        self.requests: list[httpx2.Request] = []
         self.delays: list[float] = []
 
-    def __call__(self, request: httpx.Request) -> httpx.Response:
+    def __call__(self, request: httpx2.Request) -> httpx2.Response:
         self.requests.append(request)
         step = self.steps.pop(0) if len(self.steps) > 1 else self.steps[0]
         if isinstance(step, Exception):
             raise step
         if isinstance(step, int):
-            return httpx.Response(step, json={"error": {"message": "boom"}})
+            return httpx2.Response(step, json={"error": {"message": "boom"}})
         return step
 
     async def sleep(self, delay: float) -> None:
@@ -89,15 +89,15 @@ class Script:
         return ChatClient(
             BASE,
             model="nvidia/llama-3.1-nemoguard-8b-content-safety",
-            transport=httpx.MockTransport(self),
+            transport=httpx2.MockTransport(self),
             retry=retry,
             sleep=self.sleep,
             **kwargs,
         )
 
 
-def ok(**kwargs: Any) -> httpx.Response:
-    return httpx.Response(200, json=completion(usage=USAGE, **kwargs))
+def ok(**kwargs: Any) -> httpx2.Response:
+    return httpx2.Response(200, json=completion(usage=USAGE, **kwargs))
 
 
 # --- request shape -------------------------------------------------------------------------------
@@ -126,7 +126,7 @@ async def test_request_is_a_post_to_chat_completions_with_model_messages_and_par
 
 async def test_no_authorization_header_without_api_key_and_trailing_slash_is_ignored() -> None:
     script = Script(ok())
-    async with ChatClient(BASE + "/", model="m", transport=httpx.MockTransport(script)) as client:
+    async with ChatClient(BASE + "/", model="m", transport=httpx2.MockTransport(script)) as client:
         await client.complete(MESSAGES)
     assert "authorization" not in script.requests[0].headers
     assert str(script.requests[0].url) == URL
@@ -165,7 +165,7 @@ async def test_result_has_content_finish_reason_usage_and_one_attempt() -> None:
 async def test_cached_prompt_tokens_are_read_when_present_else_zero(
     usage: dict[str, Any], expected_cached: int
 ) -> None:
-    script = Script(httpx.Response(200, json=completion(usage=usage)))
+    script = Script(httpx2.Response(200, json=completion(usage=usage)))
     async with script.client() as client:
         result = await client.complete(MESSAGES)
     assert result.usage.cached_prompt_tokens == expected_cached
@@ -173,7 +173,7 @@ async def test_cached_prompt_tokens_are_read_when_present_else_zero(
 
 
 async def test_missing_usage_and_model_fall_back_to_zero_and_the_configured_model() -> None:
-    script = Script(httpx.Response(200, json=completion(usage=None, model=None)))
+    script = Script(httpx2.Response(200, json=completion(usage=None, model=None)))
     async with script.client(provider="vllm") as client:
         result = await client.complete(MESSAGES)
     assert result.usage == Usage(model="nvidia/llama-3.1-nemoguard-8b-content-safety", provider="vllm")
@@ -189,17 +189,17 @@ def test_parse_usage_is_lenient_and_sums_a_missing_total() -> None:
 @pytest.mark.parametrize(
     "response",
     [
-        httpx.Response(200, text="<html>proxy login</html>"),
-        httpx.Response(200, json=[1, 2]),
-        httpx.Response(200, json={"object": "chat.completion"}),
-        httpx.Response(200, json={"choices": []}),
-        httpx.Response(200, json=completion(content=None)),  # type: ignore[arg-type]
-        httpx.Response(200, json={"choices": [{"message": "hi"}]}),
+        httpx2.Response(200, text="<html>proxy login</html>"),
+        httpx2.Response(200, json=[1, 2]),
+        httpx2.Response(200, json={"object": "chat.completion"}),
+        httpx2.Response(200, json={"choices": []}),
+        httpx2.Response(200, json=completion(content=None)),  # type: ignore[arg-type]
+        httpx2.Response(200, json={"choices": [{"message": "hi"}]}),
     ],
     ids=["not-json", "json-list", "no-choices", "empty-choices", "null-content", "bad-message"],
 )
 async def test_malformed_200_body_is_a_protocol_error_and_is_not_retried(
-    response: httpx.Response,
+    response: httpx2.Response,
 ) -> None:
     script = Script(response)
     async with script.client() as client:
@@ -238,7 +238,7 @@ async def test_status_error_after_the_last_try_carries_the_status_and_the_url() 
 
 
 async def test_429_retry_after_seconds_is_honoured() -> None:
-    limited = httpx.Response(429, headers={"Retry-After": "0.01"})
+    limited = httpx2.Response(429, headers={"Retry-After": "0.01"})
     script = Script(limited, ok())
     async with script.client() as client:
         result = await client.complete(MESSAGES)
@@ -248,7 +248,7 @@ async def test_429_retry_after_seconds_is_honoured() -> None:
 
 async def test_503_retry_after_http_date_is_honoured() -> None:
     when = datetime.now(UTC) + timedelta(seconds=3)
-    busy = httpx.Response(503, headers={"Retry-After": format_datetime(when, usegmt=True)})
+    busy = httpx2.Response(503, headers={"Retry-After": format_datetime(when, usegmt=True)})
     script = Script(busy, ok())
     async with script.client() as client:
         await client.complete(MESSAGES)
@@ -259,22 +259,22 @@ async def test_503_retry_after_http_date_is_honoured() -> None:
 async def test_retry_after_longer_than_the_cap_is_cut_to_the_cap() -> None:
     # Within the budget (10 s by default) a long wait is cut; past it the call fails at once
     # (tests/unit/test_llm_deadline.py).
-    script = Script(httpx.Response(429, headers={"Retry-After": "3"}), ok())
+    script = Script(httpx2.Response(429, headers={"Retry-After": "3"}), ok())
     async with script.client(retry=RetryPolicy(max_retry_after=0.25)) as client:
         await client.complete(MESSAGES)
     assert script.delays == [0.25]
 
 
 async def test_retry_after_on_a_500_is_ignored_in_favour_of_backoff() -> None:
-    script = Script(httpx.Response(500, headers={"Retry-After": "4"}), ok())
+    script = Script(httpx2.Response(500, headers={"Retry-After": "4"}), ok())
     async with script.client() as client:
         await client.complete(MESSAGES)
     assert script.delays[0] <= RetryPolicy().backoff_cap(0)
 
 
 async def test_real_sleep_is_counted_in_the_duration() -> None:
-    script = Script(httpx.Response(429, headers={"Retry-After": "0.02"}), ok())
-    client = ChatClient(BASE, model="m", transport=httpx.MockTransport(script))
+    script = Script(httpx2.Response(429, headers={"Retry-After": "0.02"}), ok())
+    client = ChatClient(BASE, model="m", transport=httpx2.MockTransport(script))
     async with client:
         result = await client.complete(MESSAGES)
     assert result.duration >= 0.02
@@ -320,24 +320,24 @@ def test_server_error_summary_keeps_identifier_fields_and_never_the_message() ->
 
 
 async def test_read_timeout_is_not_retried_by_default_and_raises_timeout_error() -> None:
-    script = Script(httpx.ReadTimeout("timed out"))
+    script = Script(httpx2.ReadTimeout("timed out"))
     async with script.client() as client:
         with pytest.raises(BackendTimeoutError) as info:
             await client.complete(MESSAGES)
     assert len(script.requests) == 1
     assert f"within {DEFAULT_TIMEOUT.read} s (read timeout)" in str(info.value)
-    assert isinstance(info.value.__cause__, httpx.ReadTimeout)
+    assert isinstance(info.value.__cause__, httpx2.ReadTimeout)
 
 
 async def test_read_timeout_is_retried_when_the_policy_says_so() -> None:
-    script = Script(httpx.ReadTimeout("timed out"), ok())
+    script = Script(httpx2.ReadTimeout("timed out"), ok())
     async with script.client(retry=RetryPolicy(retry_read_timeouts=True)) as client:
         result = await client.complete(MESSAGES)
     assert result.attempts == 2
 
 
 async def test_pool_timeout_is_not_retried() -> None:
-    script = Script(httpx.PoolTimeout("pool"))
+    script = Script(httpx2.PoolTimeout("pool"))
     async with script.client(retry=RetryPolicy(retry_read_timeouts=True)) as client:
         with pytest.raises(BackendTimeoutError, match="pool timeout"):
             await client.complete(MESSAGES)
@@ -346,7 +346,7 @@ async def test_pool_timeout_is_not_retried() -> None:
 
 @pytest.mark.parametrize(
     "exc",
-    [httpx.ConnectError("[Errno 111] Connection refused"), httpx.ConnectTimeout("connect")],
+    [httpx2.ConnectError("[Errno 111] Connection refused"), httpx2.ConnectTimeout("connect")],
     ids=["refused", "connect-timeout"],
 )
 async def test_connect_failures_are_retried_then_raise_connection_error(exc: Exception) -> None:
@@ -360,7 +360,7 @@ async def test_connect_failures_are_retried_then_raise_connection_error(exc: Exc
 
 
 async def test_connect_errors_are_not_retried_when_disabled() -> None:
-    script = Script(httpx.ConnectError("refused"))
+    script = Script(httpx2.ConnectError("refused"))
     async with script.client(retry=RetryPolicy(retry_connect_errors=False)) as client:
         with pytest.raises(BackendConnectionError):
             await client.complete(MESSAGES)
@@ -370,8 +370,8 @@ async def test_connect_errors_are_not_retried_when_disabled() -> None:
 @pytest.mark.parametrize(
     "exc",
     [
-        httpx.RemoteProtocolError("Server disconnected without sending a response."),
-        httpx.ReadError("connection reset"),
+        httpx2.RemoteProtocolError("Server disconnected without sending a response."),
+        httpx2.ReadError("connection reset"),
     ],
 )
 async def test_dropped_connection_is_retried(exc: Exception) -> None:
@@ -479,7 +479,7 @@ async def test_pool_gives_another_loop_its_own_client() -> None:
     pool = ClientPool()
     mine = pool.get(BASE)
 
-    async def on_other_loop() -> tuple[httpx.AsyncClient, httpx.AsyncClient]:
+    async def on_other_loop() -> tuple[httpx2.AsyncClient, httpx2.AsyncClient]:
         try:
             return pool.get(BASE), pool.get(BASE)
         finally:
@@ -494,7 +494,7 @@ async def test_pool_gives_another_loop_its_own_client() -> None:
 
 async def test_chat_clients_with_one_base_url_share_one_pooled_client() -> None:
     script = Script(ok())
-    pool = ClientPool(transport=httpx.MockTransport(script))
+    pool = ClientPool(transport=httpx2.MockTransport(script))
     first = ChatClient(BASE, model="a", pool=pool)
     second = ChatClient(BASE, model="b", api_key="k", pool=pool)
     await first.complete(MESSAGES)
@@ -528,14 +528,14 @@ def test_transport_and_http_client_are_exclusive() -> None:
         ChatClient(
             BASE,
             model="m",
-            transport=httpx.MockTransport(Script(ok())),
-            http_client=httpx.AsyncClient(),
+            transport=httpx2.MockTransport(Script(ok())),
+            http_client=httpx2.AsyncClient(),
         )
 
 
 async def test_given_http_client_is_used_and_left_open() -> None:
     script = Script(ok())
-    http = httpx.AsyncClient(transport=httpx.MockTransport(script))
+    http = httpx2.AsyncClient(transport=httpx2.MockTransport(script))
     async with ChatClient(BASE, model="m", http_client=http) as client:
         await client.complete(MESSAGES)
     assert len(script.requests) == 1

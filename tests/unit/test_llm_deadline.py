@@ -1,6 +1,6 @@
 """One budget bounds a whole ChatClient call: attempts, queueing, backoff and Retry-After waits.
 
-Over httpx.MockTransport (no sockets); tests/integration/test_backend_misbehaving.py runs the same
+Over httpx2.MockTransport (no sockets); tests/integration/test_backend_misbehaving.py runs the same
 properties against real misbehaving servers.
 """
 
@@ -9,7 +9,7 @@ from __future__ import annotations
 import asyncio
 import time
 
-import httpx2 as httpx
+import httpx2
 import pytest
 
 from guardcache.errors import BackendStatusError, BackendTimeoutError
@@ -23,12 +23,12 @@ from tests.unit.test_llm_client import BASE, MESSAGES, Script, ok
 SLACK = 0.5
 
 
-def slow(seconds: float, then: httpx.Response | None = None) -> httpx.AsyncBaseTransport:
-    async def handler(request: httpx.Request) -> httpx.Response:
+def slow(seconds: float, then: httpx2.Response | None = None) -> httpx2.AsyncBaseTransport:
+    async def handler(request: httpx2.Request) -> httpx2.Response:
         await asyncio.sleep(seconds)
         return then if then is not None else ok()
 
-    return httpx.MockTransport(handler)
+    return httpx2.MockTransport(handler)
 
 
 # --- what the budget is --------------------------------------------------------------------------
@@ -45,11 +45,11 @@ def test_one_number_is_the_whole_call_budget_with_phases_inside_it() -> None:
 
 def test_an_httpx_timeout_bounds_the_call_by_its_read_phase_unless_deadline_s_says_otherwise() -> None:
     assert ChatClient(BASE, model="m").deadline_s == DEFAULT_TIMEOUT.read == 10.0
-    assert ChatClient(BASE, model="m", timeout=httpx.Timeout(60, connect=2)).deadline_s == 60
+    assert ChatClient(BASE, model="m", timeout=httpx2.Timeout(60, connect=2)).deadline_s == 60
     assert ChatClient(BASE, model="m", timeout=5, deadline_s=1.5).deadline_s == 1.5
     unbounded = ChatClient(BASE, model="m", timeout=None)
-    assert unbounded.deadline_s is None and unbounded.timeout == httpx.Timeout(None)
-    assert phase_timeouts(None) == httpx.Timeout(None)
+    assert unbounded.deadline_s is None and unbounded.timeout == httpx2.Timeout(None)
+    assert phase_timeouts(None) == httpx2.Timeout(None)
 
 
 @pytest.mark.parametrize("kwargs", [{"timeout": 0}, {"timeout": -1.0}, {"deadline_s": 0}])
@@ -74,7 +74,7 @@ async def test_a_slow_answer_is_cut_at_the_budget_and_the_error_names_it() -> No
 
 
 async def test_retry_after_longer_than_the_time_left_fails_at_once_with_the_status() -> None:
-    script = Script(httpx.Response(429, headers={"Retry-After": "30"}), ok())
+    script = Script(httpx2.Response(429, headers={"Retry-After": "30"}), ok())
     async with script.client(timeout=2) as client:
         with pytest.raises(BackendStatusError) as info:
             await client.complete(MESSAGES)
@@ -85,7 +85,7 @@ async def test_retry_after_longer_than_the_time_left_fails_at_once_with_the_stat
 
 async def test_retry_after_is_compared_as_sent_not_as_cut_to_max_retry_after() -> None:
     # Cut to 5 s it would fit in 10 s, but the server said it will not serve before 120 s.
-    script = Script(httpx.Response(429, headers={"Retry-After": "120"}), ok())
+    script = Script(httpx2.Response(429, headers={"Retry-After": "120"}), ok())
     async with script.client() as client:
         with pytest.raises(BackendStatusError, match="waiting 120 s"):
             await client.complete(MESSAGES)
@@ -105,7 +105,7 @@ async def test_a_backoff_that_would_pass_the_budget_is_not_slept() -> None:
 async def test_retries_with_real_sleeps_end_within_the_budget() -> None:
     retry = RetryPolicy(max_retries=1000, backoff_initial=0.03, backoff_max=0.03, jitter=False)
     script = Script(503)
-    client = ChatClient(BASE, model="m", timeout=0.3, retry=retry, transport=httpx.MockTransport(script))
+    client = ChatClient(BASE, model="m", timeout=0.3, retry=retry, transport=httpx2.MockTransport(script))
     async with client:
         started = time.monotonic()
         with pytest.raises((BackendStatusError, BackendTimeoutError)):
@@ -126,7 +126,7 @@ async def test_an_overrun_during_backoff_names_the_last_failure() -> None:
         model="m",
         timeout=0.3,
         retry=retry,
-        transport=httpx.MockTransport(script),
+        transport=httpx2.MockTransport(script),
         sleep=sleep_past_the_deadline,
     ) as client:
         with pytest.raises(BackendTimeoutError) as info:
@@ -198,10 +198,10 @@ async def test_an_outer_timeout_shorter_than_the_budget_stays_the_callers() -> N
 
 
 async def test_queueing_for_a_connection_is_bounded_by_the_budget_and_says_so() -> None:
-    # max_connections=1 admits 2 requests into httpx (see pool.ADMISSION_FACTOR); the third queues.
+    # max_connections=1 admits 2 requests into httpx2 (see pool.ADMISSION_FACTOR); the third queues.
     # The two admitted ones hold their places well past the third's budget, so the third's timeout
     # always finds it queued (with equal budgets, the holders' timeouts could free the gate first).
-    pool = ClientPool(limits=httpx.Limits(max_connections=1), transport=slow(30))
+    pool = ClientPool(limits=httpx2.Limits(max_connections=1), transport=slow(30))
     holders = ChatClient(BASE, model="m", timeout=30, pool=pool)
     queued = ChatClient(BASE, model="m", timeout=0.3, pool=pool)
     held = [asyncio.create_task(holders.complete(MESSAGES)) for _ in range(2)]
@@ -218,8 +218,8 @@ async def test_queueing_for_a_connection_is_bounded_by_the_budget_and_says_so() 
 
 
 async def test_a_burst_larger_than_the_pool_queues_in_order_instead_of_failing() -> None:
-    pool = ClientPool(limits=httpx.Limits(max_connections=2), transport=slow(0.02))
-    client = ChatClient(BASE, model="m", timeout=httpx.Timeout(10, pool=0.05), pool=pool)
+    pool = ClientPool(limits=httpx2.Limits(max_connections=2), transport=slow(0.02))
+    client = ChatClient(BASE, model="m", timeout=httpx2.Timeout(10, pool=0.05), pool=pool)
     order: list[int] = []
 
     async def one(i: int) -> None:

@@ -1,6 +1,6 @@
 """How ChatClient classifies what a backend refuses, and that no user text leaks through its errors.
 
-Over httpx.MockTransport; tests/integration/test_backend_misbehaving.py does the same over sockets.
+Over httpx2.MockTransport; tests/integration/test_backend_misbehaving.py does the same over sockets.
 """
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ import json
 import logging
 from typing import Any
 
-import httpx2 as httpx
+import httpx2
 import pytest
 
 from guardcache.errors import (
@@ -28,9 +28,9 @@ STATUS_LINE_MARKER = "zq-status-line-51e0"
 MESSAGES = [{"role": "user", "content": f"my secret is {MARKER} please"}]
 
 
-def echoing(status: int, **extra: Any) -> httpx.Response:
+def echoing(status: int, **extra: Any) -> httpx2.Response:
     """An error body that quotes the request, as vLLM, NIMs and FastAPI validation errors do."""
-    return httpx.Response(
+    return httpx2.Response(
         status,
         json={
             "object": "error",
@@ -113,9 +113,9 @@ async def test_an_echoing_error_body_reaches_no_error_message_and_no_log_record(
 @pytest.mark.parametrize(
     "exc",
     [
-        httpx.RemoteProtocolError(f"illegal status line: bytearray(b'{MARKER}')"),
-        httpx.LocalProtocolError(f"Illegal header value b'{MARKER}'"),
-        httpx.DecodingError(f"bad gzip data near {MARKER}"),
+        httpx2.RemoteProtocolError(f"illegal status line: bytearray(b'{MARKER}')"),
+        httpx2.LocalProtocolError(f"Illegal header value b'{MARKER}'"),
+        httpx2.DecodingError(f"bad gzip data near {MARKER}"),
     ],
     ids=["remote-protocol", "local-protocol", "decoding"],
 )

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-import httpx2 as httpx
+import httpx2
 import pytest
 
 from guardcache.errors import BackendStatusError, ConfigError
@@ -154,7 +154,7 @@ def client_from(params: dict[str, Any], script: Script, **kwargs: Any) -> ChatCl
         provider="vllm",
         default_base_url="http://default.test/v1",
         default_params=generation,
-        transport=httpx.MockTransport(script),
+        transport=httpx2.MockTransport(script),
         sleep=script.sleep,
         **kwargs,
     )

@@ -14,7 +14,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from guardcache.prompts import default_prompts, render, static_prefix
+from guardcache.config.prompts import default_prompts
+from guardcache.prompts import render, static_prefix
 
 REFERENCE = Path(__file__).resolve().parents[1] / "fixtures" / "nemoguard_content_safety_prompts.yml"
 

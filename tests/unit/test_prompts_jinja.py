@@ -18,14 +18,13 @@ from hypothesis import strategies as st
 from jinja2.sandbox import SandboxedEnvironment
 
 from guardcache.config import RailsConfig
+from guardcache.config.prompts import TaskPrompt, default_prompts
 from guardcache.errors import ConfigError
 from guardcache.prompts import (
     Settings,
-    TaskPrompt,
     TemplateCompileError,
     TemplateRenderError,
     compile_template,
-    default_prompts,
     fingerprint,
     placeholders,
     render,

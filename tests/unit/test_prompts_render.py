@@ -7,8 +7,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from guardcache.config.prompts import TaskPrompt
 from guardcache.prompts import (
-    TaskPrompt,
     fingerprint,
     placeholders,
     render,

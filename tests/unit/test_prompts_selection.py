@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 
 from guardcache.config import RailsConfig
+from guardcache.config.prompts import TaskPrompt, default_prompts, select_prompt, split_task
 from guardcache.errors import ConfigError
-from guardcache.prompts import TaskPrompt, default_prompts, select_prompt, split_task
 
 CONFIG = """\
 models:

@@ -6,16 +6,16 @@ from __future__ import annotations
 import asyncio
 import json
 
-import httpx2 as httpx
+import httpx2
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from guardcache.cache import LFUCache
 from guardcache.checks.check import LLMCheck
 from guardcache.checks.content_safety.parsers import parse_prompt_safety
+from guardcache.config.prompts import default_prompts
 from guardcache.flows import KNOWN_FLOWS, FlowRef
 from guardcache.llm import ChatClient, RetryPolicy
-from guardcache.prompts import default_prompts
 from guardcache.rails.rail import Rail
 
 
@@ -25,14 +25,14 @@ class Model:
     def __init__(self) -> None:
         self.verdicts = 0
 
-    def __call__(self, request: httpx.Request) -> httpx.Response:
+    def __call__(self, request: httpx2.Request) -> httpx2.Response:
         body = json.loads(request.content)
         text = body["messages"][0]["content"]
         self.verdicts += 1
         start = text.index("<BEGIN CONVERSATION>\n\nuser: ") + len("<BEGIN CONVERSATION>\n\nuser: ")
         user_text = text[start : text.rindex("\n\n<END CONVERSATION>")]
         rating = "unsafe" if "bomb" in user_text else "safe"
-        return httpx.Response(
+        return httpx2.Response(
             200,
             json={
                 "choices": [
@@ -53,7 +53,7 @@ def make_rail(model: Model, on_error: str) -> Rail:
     client = ChatClient(
         "http://nim.test/v1",
         model="m",
-        transport=httpx.MockTransport(model),
+        transport=httpx2.MockTransport(model),
         retry=RetryPolicy(max_retries=0),
     )
     check = LLMCheck(

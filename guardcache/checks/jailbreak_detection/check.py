@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import Any
 
-import httpx2 as httpx
+import httpx2
 
 from guardcache.cache import CacheInterface, Namespace
 from guardcache.checks.check import WARM_UP_TEXTS, CheckOutcome, TurnTexts, Unreadable, digest, run_cached
@@ -36,7 +36,7 @@ class ClassifyClient(ChatClient):
     async def classify(self, text: str, deadline: float | None = None) -> ChatResult:
         return await self.send({"input": text}, deadline=deadline)
 
-    def _parse(self, response: httpx.Response) -> ChatResult:
+    def _parse(self, response: httpx2.Response) -> ChatResult:
         return ChatResult(content=response.text, usage=Usage(0, 0, 0, 0, MODEL, "nim"), duration=0.0)
 
 

@@ -1,11 +1,11 @@
-"""One rails "replica" process for the cross-replica tests and the benchmark.
+"""One rails "replica" process, for cross-replica tests and benchmarks (see ``replicas``).
 
-    python tests/integration/redis_replica.py --config DIR --messages FILE [--concurrency N]
+    python -m guardcache.testing.replica --config DIR --messages FILE [--concurrency N]
 
-Builds ``LLMRails`` from the config (a model with ``cache.store: redis``), prints ``READY`` and waits
-for one line on stdin (so a test can start every replica's burst at the same moment), then runs
-``check_async`` on every message of the JSON list in FILE (all at once, or ``--concurrency`` at a
-time), and prints one JSON line: per-check results, latencies, and the cache's tier stats.
+Builds ``LLMRails`` from the config (e.g. a model with ``cache.store: redis``), prints ``READY`` and
+waits for one line on stdin (so a test can start every replica's burst at the same moment), then
+runs ``check_async`` on every message of the JSON list in FILE (all at once, or ``--concurrency`` at
+a time), and prints one JSON line: per-check results, latencies, and the cache's tier stats.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ import sys
 import time
 from typing import Any
 
-import httpx2 as httpx
+import httpx2
 
 from guardcache import LLMRails, RailsConfig
 from guardcache.llm.pool import shared_ssl_context
@@ -28,7 +28,7 @@ async def run(config_dir: str, messages: list[str], concurrency: int) -> dict[st
     # Warm up like a production replica that has served traffic: the HTTP stack's lazy imports and
     # TLS context (they block the event loop ~150 ms on first use, far longer on a busy CPU) and this
     # loop's Redis connection. No check runs, so no counter moves.
-    await httpx.AsyncClient(verify=shared_ssl_context()).aclose()
+    await httpx2.AsyncClient(verify=shared_ssl_context()).aclose()
     cache = rails.model_caches["content_safety"]
     if hasattr(cache, "connect"):
         await cache.connect()

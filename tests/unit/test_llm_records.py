@@ -8,8 +8,8 @@ import time
 
 import pytest
 
-from guardcache.llm import stats
-from guardcache.llm.stats import ExplainInfo, LLMCallInfo, record_call, request_scope
+from guardcache.llm import records
+from guardcache.llm.records import ExplainInfo, LLMCallInfo, record_call, request_scope
 from guardcache.llm.types import Usage
 
 
@@ -45,34 +45,34 @@ def test_call_info_is_frozen() -> None:
 
 
 def test_record_call_outside_a_request_is_a_no_op() -> None:
-    assert stats.current() is None
+    assert records.current() is None
     record_call(call())  # must not raise
-    assert stats.current() is None
+    assert records.current() is None
 
 
 def test_request_scope_collects_calls_and_restores_the_previous_request() -> None:
     with request_scope() as outer:
         record_call(call("outer-1"))
         with request_scope() as inner:
-            assert stats.current() is inner
+            assert records.current() is inner
             record_call(call("inner"))
-        assert stats.current() is outer
+        assert records.current() is outer
         record_call(call("outer-2"))
-    assert stats.current() is None
+    assert records.current() is None
     assert [c.task for c in outer.llm_calls] == ["outer-1", "outer-2"]
     assert [c.task for c in inner.llm_calls] == ["inner"]
 
 
 async def test_new_request_sets_the_current_request_for_this_task() -> None:
     async def handle() -> ExplainInfo:
-        info = stats.new_request()
-        assert stats.current() is info
+        info = records.new_request()
+        assert records.current() is info
         record_call(call())
         return info
 
     info = await asyncio.create_task(handle())
     assert len(info.llm_calls) == 1
-    assert stats.current() is None  # the task's context did not leak into ours
+    assert records.current() is None  # the task's context did not leak into ours
 
 
 def test_totals_cache_hits_and_summary() -> None:
@@ -125,7 +125,7 @@ async def test_500_concurrent_requests_each_see_exactly_their_own_calls() -> Non
             await asyncio.sleep(0)
             children = [asyncio.create_task(child(request_id, index)) for index in range(plan[request_id])]
             await asyncio.gather(*children)
-            assert stats.current() is info
+            assert records.current() is info
         return request_id, info
 
     results = await asyncio.gather(*(request(request_id) for request_id in range(500)))
@@ -135,4 +135,4 @@ async def test_500_concurrent_requests_each_see_exactly_their_own_calls() -> Non
         assert tasks == sorted(f"req-{request_id}-call-{i}" for i in range(plan[request_id]))
         seen.add(id(info))
     assert len(seen) == 500
-    assert stats.current() is None
+    assert records.current() is None

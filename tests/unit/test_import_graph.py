@@ -1,0 +1,273 @@
+"""guardcache's layers, enforced over its import graph (docs/architecture.md, "Layers").
+
+Every ``guardcache/**/*.py`` is parsed with ``ast``; each ``guardcache`` import in it (at the top or
+inside a function, absolute or relative) is an edge from the module's unit to the imported module's
+unit. A unit is a top-level package or module (``cache``, ``config``, ``cli``), except that the
+check folders' data (``checks.catalog``: the catalog, every ``checks/<name>/flows.py`` and
+``parsers.py``, ``verdict``, ``answer`` and the package ``__init__``\\ s) is a unit of its own below
+the config, while the checks' runtime (``checks``: ``check.py``, ``codec.py``, a check's own
+``check.py``) sits above it. A module may import its own unit freely and any unit of a LOWER layer;
+importing a unit of its own layer (peers) or of a higher one is a violation, reported with the file,
+line, module and import. A module of an undeclared unit is a violation too: a new package gets a
+place in ``LAYERS`` (and in docs/architecture.md) before it is used.
+
+Imports under ``if TYPE_CHECKING:`` are exempt: they are never executed. Imports by name at run
+time (``importlib.import_module``: the CLI's subcommands, the catalog loading its folders' ``flows``
+and ``parsers``) are not seen; both load modules the layering allows.
+"""
+
+from __future__ import annotations
+
+import ast
+from dataclasses import dataclass
+from fnmatch import fnmatchcase
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+PACKAGE = "guardcache"
+
+LAYERS: tuple[tuple[str, ...], ...] = (
+    ("errors", "flows", "language", "cache"),  # leaves: each imports nothing else of guardcache
+    ("llm",),  # the OpenAI-compatible client and per-request call records
+    ("prompts",),  # rendering templates; the shipped NemoGuard prompts as data
+    ("checks.catalog",),  # the checks' data: flow specs (registered in ``flows``), answer parsers
+    ("config",),  # the pydantic boundary: validates flows against the catalog, selects prompts
+    ("checks",),  # the checks' runtime: normalize -> key -> cache -> render -> call -> parse
+    ("rails",),  # LLMRails and the runtime around the checks
+    ("guardcache",),  # guardcache/__init__.py: the public face
+    ("emulator",),  # tools on top of the library
+    ("demo", "testing", "cache_cli"),
+    ("cli",),  # `guardcache <command>`
+    ("__main__",),  # `python -m guardcache`
+)
+"""Lowest first. Units in one tuple are peers: neither imports the other."""
+
+CATALOG = (
+    "guardcache.checks.catalog",
+    "guardcache.checks.verdict",
+    "guardcache.checks.answer",
+    "guardcache.checks.*.flows",
+    "guardcache.checks.*.parsers",
+)
+"""The modules of the ``checks.catalog`` unit (with the packages under ``guardcache/checks``)."""
+
+
+@dataclass(frozen=True)
+class Import:
+    module: str  # the importing module
+    target: str  # the guardcache module (or package) it imports
+    path: Path
+    line: int
+
+
+def modules_of(root: Path) -> dict[str, Path]:
+    """Every module under ``root/guardcache``: dotted name -> file (a package is its ``__init__``)."""
+    found: dict[str, Path] = {}
+    for path in sorted((root / PACKAGE).rglob("*.py")):
+        parts = list(path.relative_to(root).with_suffix("").parts)
+        if parts[-1] == "__init__":
+            parts.pop()
+        found[".".join(parts)] = path
+    return found
+
+
+def _is_type_checking(test: ast.expr) -> bool:
+    return (isinstance(test, ast.Name) and test.id == "TYPE_CHECKING") or (
+        isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING"
+    )
+
+
+class _Collector(ast.NodeVisitor):
+    """The guardcache imports of one module, resolved to module names (``TYPE_CHECKING`` skipped)."""
+
+    def __init__(self, module: str, is_package: bool, known: set[str]) -> None:
+        self.package = module if is_package else module.rpartition(".")[0]
+        self.known = known
+        self.found: list[tuple[str, int]] = []
+
+    def _resolve(self, name: str) -> str:
+        """The longest known module ``name`` starts with (``guardcache.x.Attr`` -> ``guardcache.x``)."""
+        while name not in self.known and "." in name:
+            name = name.rpartition(".")[0]
+        return name
+
+    def _add(self, name: str, line: int) -> None:
+        if name == PACKAGE or name.startswith(PACKAGE + "."):
+            self.found.append((self._resolve(name), line))
+
+    def visit_If(self, node: ast.If) -> None:
+        if _is_type_checking(node.test):
+            for child in node.orelse:
+                self.visit(child)
+        else:
+            self.generic_visit(node)
+
+    def visit_Import(self, node: ast.Import) -> None:
+        for alias in node.names:
+            self._add(alias.name, node.lineno)
+
+    def visit_ImportFrom(self, node: ast.ImportFrom) -> None:
+        if node.level:
+            base = self.package.split(".")
+            base = base[: len(base) - (node.level - 1)]
+            source = ".".join([*base, *([node.module] if node.module else [])])
+        else:
+            source = node.module or ""
+        for alias in node.names:
+            submodule = f"{source}.{alias.name}"  # ``from guardcache import language`` is a module
+            self._add(submodule if submodule in self.known else source, node.lineno)
+
+
+def imports_of(root: Path) -> list[Import]:
+    """Every guardcache import of every module under ``root/guardcache``."""
+    modules = modules_of(root)
+    known = set(modules)
+    out: list[Import] = []
+    for module, path in modules.items():
+        collector = _Collector(module, path.name == "__init__.py", known)
+        collector.visit(ast.parse(path.read_text(encoding="utf-8"), filename=str(path)))
+        out += [Import(module, target, path, line) for target, line in collector.found]
+    return out
+
+
+def unit_of(module: str, packages: set[str]) -> str:
+    """The unit a module belongs to (see the module docstring)."""
+    parts = module.split(".")
+    if len(parts) == 1:
+        return PACKAGE
+    if parts[1] == "checks" and (module in packages or any(fnmatchcase(module, p) for p in CATALOG)):
+        return "checks.catalog"
+    return parts[1]
+
+
+def violations(root: Path, layers: tuple[tuple[str, ...], ...] = LAYERS) -> list[str]:
+    """What goes against ``layers`` under ``root/guardcache``, one line per offending import."""
+    rank = {unit: i for i, layer in enumerate(layers) for unit in layer}
+    modules = modules_of(root)
+    packages = {m for m, p in modules.items() if p.name == "__init__.py"}
+    problems = [
+        f"{path.relative_to(root)}: module {module} is in unit {unit_of(module, packages)!r}, which "
+        "has no layer: add it to LAYERS in tests/unit/test_import_graph.py and to docs/architecture.md"
+        for module, path in modules.items()
+        if unit_of(module, packages) not in rank
+    ]
+    for imp in imports_of(root):
+        src, dst = unit_of(imp.module, packages), unit_of(imp.target, packages)
+        if src == dst or src not in rank or dst not in rank or rank[dst] < rank[src]:
+            continue
+        why = "a peer of the same layer" if rank[dst] == rank[src] else "a higher layer"
+        problems.append(
+            f"{imp.path.relative_to(root)}:{imp.line}: {imp.module} (unit {src!r}) imports {imp.target} "
+            f"(unit {dst!r}, {why}): imports go one way, down the layers"
+        )
+    return list(dict.fromkeys(problems))  # ``from x import a, b`` is one line, reported once
+
+
+# -- the rule holds for guardcache ----------------------------------------------------------------
+
+
+def test_guardcache_imports_go_one_way_down_the_layers() -> None:
+    assert violations(ROOT) == []
+
+
+def test_the_graph_is_read_from_every_module() -> None:
+    """A checker that reads nothing passes everything: make sure it reads the real edges."""
+    edges = {(i.module, i.target) for i in imports_of(ROOT)}
+    assert ("guardcache.config.rails", "guardcache.checks.catalog") in edges  # the catalog edge
+    assert ("guardcache.rails.llmrails", "guardcache.language") in edges  # from guardcache import x
+    assert ("guardcache.emulator.for_config", "guardcache.emulator.server") in edges  # relative
+    assert len(edges) > 200
+
+
+def test_the_catalog_is_data_and_the_runtime_is_not() -> None:
+    modules = modules_of(ROOT)
+    packages = {m for m, p in modules.items() if p.name == "__init__.py"}
+    catalog = {m for m in modules if unit_of(m, packages) == "checks.catalog"}
+    assert {
+        "guardcache.checks",
+        "guardcache.checks.catalog",
+        "guardcache.checks.content_safety.flows",
+    } <= catalog
+    assert unit_of("guardcache.checks.check", packages) == "checks"
+    assert unit_of("guardcache.checks.jailbreak_detection.check", packages) == "checks"
+
+
+# -- the checker can fail -------------------------------------------------------------------------
+
+
+def _tree(root: Path, files: dict[str, str]) -> Path:
+    for name, text in files.items():
+        path = root / PACKAGE / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text, encoding="utf-8")
+    return root
+
+
+GOOD = {
+    "__init__.py": "from guardcache.rails import LLMRails\n",
+    "errors.py": "",
+    "language.py": "",
+    "cache/__init__.py": "",
+    "llm/__init__.py": "from guardcache.errors import X\n",
+    "prompts/__init__.py": "",
+    "config/__init__.py": "from guardcache.checks import catalog\nfrom guardcache.prompts import render\n",
+    "checks/__init__.py": "",
+    "checks/catalog.py": "from guardcache.checks.verdict import Verdict\n",
+    "checks/verdict.py": "from guardcache.llm import Usage\n",
+    "checks/check.py": "from guardcache.config import RailsConfig\nfrom .verdict import Verdict\n",
+    "rails/__init__.py": (
+        "from guardcache import language\n"
+        "from typing import TYPE_CHECKING\n"
+        "if TYPE_CHECKING:\n    from guardcache.testing import anything\n"
+    ),
+}
+
+
+def test_a_tree_that_follows_the_layers_passes(tmp_path: Path) -> None:
+    assert violations(_tree(tmp_path, GOOD)) == []
+
+
+@pytest.mark.parametrize(
+    ("file", "text", "expected"),
+    [
+        # a leaf importing upward, inside a function
+        (
+            "cache/lfu.py",
+            "def f():\n    from guardcache.rails import LLMRails\n",
+            "guardcache/cache/lfu.py:2: guardcache.cache.lfu (unit 'cache') imports guardcache.rails "
+            "(unit 'rails', a higher layer)",
+        ),
+        # peers: the cache imports nothing else of guardcache, not even the errors
+        ("cache/keys.py", "import guardcache.errors\n", "imports guardcache.errors (unit 'errors', a peer"),
+        # relative: prompts must not reach the config
+        (
+            "prompts/render.py",
+            "from ..config import fields\n",
+            "guardcache.prompts.render (unit 'prompts') imports guardcache.config",
+        ),
+        # the catalog is data: it must not load the checks' runtime
+        (
+            "checks/content_safety/parsers.py",
+            "from guardcache.checks.check import LLMCheck\n",
+            "(unit 'checks.catalog') imports guardcache.checks.check (unit 'checks', a higher layer)",
+        ),
+        # the library must not import its public face (a cycle through guardcache/__init__.py)
+        ("rails/llmrails.py", "from guardcache import LLMRails\n", "imports guardcache (unit 'guardcache'"),
+        # an else branch of TYPE_CHECKING runs
+        (
+            "llm/client.py",
+            "import typing\nif typing.TYPE_CHECKING:\n    pass\nelse:\n    import guardcache.config\n",
+            "guardcache/llm/client.py:5: guardcache.llm.client (unit 'llm') imports guardcache.config",
+        ),
+        # a package nobody placed
+        ("plugins/__init__.py", "", "module guardcache.plugins is in unit 'plugins', which has no layer"),
+    ],
+)
+def test_an_import_against_the_layers_fails_naming_module_and_import(
+    tmp_path: Path, file: str, text: str, expected: str
+) -> None:
+    problems = violations(_tree(tmp_path, {**GOOD, file: text}))
+    assert len(problems) == 1, problems
+    assert expected in problems[0]
