@@ -26,7 +26,7 @@ import httpx2 as httpx
 from guardcache.errors import BackendError, BackendProtocolError, BackendTimeoutError
 from guardcache.llm.client import ChatClient
 from guardcache.llm.response import parse_usage
-from guardcache.llm.types import Usage
+from guardcache.llm.types import ChatResult, Usage
 
 
 class StreamTotals:
@@ -56,9 +56,13 @@ class ClientLLM:
         self.params = params or {}
 
     async def generate(self, messages: Sequence[dict[str, str]], **params: Any) -> tuple[str, Usage]:
-        merged = {**self.params, **params} if params else self.params
-        result = await self.client.complete(messages, **merged)
+        result = await self.complete(messages, **params)
         return result.content, result.usage
+
+    async def complete(self, messages: Sequence[dict[str, str]], **params: Any) -> ChatResult:
+        """The whole result (with ``finish_reason``), for callers that pass it on."""
+        merged = {**self.params, **params} if params else self.params
+        return await self.client.complete(messages, **merged)
 
     async def stream(
         self, messages: Sequence[dict[str, str]], totals: StreamTotals, **params: Any

@@ -38,7 +38,7 @@ from typing import TYPE_CHECKING, Any
 from guardcache.checks.verdict import RailResult
 from guardcache.llm.stats import LLMCallInfo, record_call, request_scope
 from guardcache.llm.types import Usage
-from guardcache.rails.main_llm import StreamTotals
+from guardcache.rails.main_llm import ClientLLM, StreamTotals
 from guardcache.rails.messages import Message, history, last_index
 from guardcache.rails.speculation import abandon, run_with_early_start
 from guardcache.rails.turn import CheckResult, TurnInfo
@@ -291,8 +291,13 @@ class GuardedStream:
         main = self._rails._main
         assert main is not None
         started = time.monotonic()
+        finish = "stop"
         try:
-            content, usage = await main.generate(self._messages, **self._params)
+            if isinstance(main, ClientLLM):
+                result = await main.complete(self._messages, **self._params)
+                content, usage, finish = result.content, result.usage, result.finish_reason or "stop"
+            else:
+                content, usage = await main.generate(self._messages, **self._params)
         except asyncio.CancelledError:
             _record_cancelled(started)
             raise
@@ -300,7 +305,7 @@ class GuardedStream:
             LLMCallInfo.from_usage("general", usage, duration=time.monotonic() - started, from_cache=False)
         )
         self.usage = usage
-        self.finish_reason = "stop"
+        self.finish_reason = finish
         return content
 
     async def _pump(self, buffer: asyncio.Queue[str | _End]) -> None:
