@@ -69,6 +69,7 @@ class GuardedStream:
     """
 
     __slots__ = (
+        "_closed",
         "_messages",
         "_params",
         "_queue",
@@ -97,6 +98,7 @@ class GuardedStream:
         self._stream_main = stream_main
         self._queue: asyncio.Queue[str | _End] = asyncio.Queue()
         self._task: asyncio.Task[None] | None = None
+        self._closed = False
         self.blocked: str | None = None
         self.rail: str | None = None
         self.turn = TurnInfo()
@@ -110,6 +112,8 @@ class GuardedStream:
         return self
 
     async def __anext__(self) -> str:
+        if self._closed:
+            raise StopAsyncIteration
         if self._task is None:
             self._task = asyncio.create_task(self._produce())
         item = await self._queue.get()
@@ -125,7 +129,8 @@ class GuardedStream:
         return "".join([piece async for piece in self])
 
     async def aclose(self) -> None:
-        """Stop the turn: cancel it and the main call if still running."""
+        """Stop the turn: cancel it and the main call if still running; iteration ends."""
+        self._closed = True
         task = self._task
         if task is not None and not task.done():
             await abandon(task)

@@ -220,3 +220,32 @@ async def test_shutdown_while_50_streams_are_open_lets_every_stream_finish(
         async with httpx.AsyncClient() as probe:
             with pytest.raises(httpx.ConnectError):
                 await probe.get(f"{server.url}/health/live")
+
+
+async def test_stream_async_in_python_with_a_langchain_main_model_and_closing_early(tmp_path: Path) -> None:
+    from langchain_core.language_models.fake_chat_models import GenericFakeChatModel
+    from langchain_core.messages import AIMessage
+
+    from guardcache import LLMRails, RailsConfig
+
+    words = " ".join(f"word{i}" for i in range(40))
+    with emulator() as guard:
+        folder = write_config(
+            tmp_path / "w", "http://127.0.0.1:9/v1", guard.base_url, streaming=windows(chunk=5)
+        )
+        llm = GenericFakeChatModel(messages=iter([AIMessage(content=words), AIMessage(content=words)]))
+        rails = LLMRails(RailsConfig.from_path(folder), llm=llm)
+        stream = rails.stream_async(messages=[{"role": "user", "content": "count for me"}])
+        pieces = [piece async for piece in stream]
+        assert "".join(pieces) == words and len(pieces) > 5  # fake tokens: words and spaces
+        assert stream.allowed and stream.blocked is None
+        assert rails.explain() is stream.turn
+        assert len(stream.turn.checks.output) == len(pieces) and stream.turn.checks.input
+        # Closing a stream early cancels the turn (and the main call); the iteration ends.
+        stream = rails.stream_async(messages=[{"role": "user", "content": "count again"}])
+        async with stream:
+            first = await stream.__anext__()
+        assert first
+        assert [piece async for piece in stream] == []
+        assert rails.explain() is stream.turn
+        await rails.aclose()
