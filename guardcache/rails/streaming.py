@@ -124,6 +124,19 @@ class GuardedStream:
             raise StopAsyncIteration
         return item
 
+    def ready(self) -> str:
+        """The text pieces already produced and not yet read, joined ("" if none), without waiting:
+        a server can send them in one write instead of one per piece."""
+        pieces: list[str] = []
+        queue = self._queue
+        while not queue.empty():
+            item = queue.get_nowait()
+            if isinstance(item, _End):
+                queue.put_nowait(item)  # the last item: the queue is empty again behind it
+                break
+            pieces.append(item)
+        return "".join(pieces)
+
     async def text(self) -> str:
         """The whole reply (iterates the stream)."""
         return "".join([piece async for piece in self])

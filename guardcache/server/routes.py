@@ -120,10 +120,11 @@ class Handlers:
         writer = ChunkWriter(completion_id(), model)
         outcome: str | None = None
         try:
-            yield writer.content(first or "", first=True)
+            # Pieces that are already there go out in one event (one write, one syscall).
+            yield writer.content((first or "") + stream.ready(), first=True)
             try:
                 async for piece in stream:
-                    yield writer.content(piece)
+                    yield writer.content(piece + stream.ready())
             except BackendError as exc:
                 outcome = "main_error"
                 self.state.metrics.main_error(config_id, type(exc).__name__)
@@ -135,10 +136,8 @@ class Handlers:
                 )
                 yield DONE
                 return
-            yield writer.final(stream.finish_reason or "stop", _extension(stream, config_id))
-            if include_usage:
-                yield writer.usage(stream.usage)
-            yield DONE
+            tail = writer.final(stream.finish_reason or "stop", _extension(stream, config_id))
+            yield tail + writer.usage(stream.usage) + DONE if include_usage else tail + DONE
         finally:
             await stream.aclose()
             if outcome is None:
