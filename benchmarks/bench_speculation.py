@@ -17,12 +17,8 @@ from __future__ import annotations
 import argparse
 import asyncio
 import random
-import sys
 import time
 from dataclasses import dataclass, field
-from pathlib import Path
-
-sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from machine import describe_speed
 

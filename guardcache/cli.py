@@ -17,6 +17,7 @@ _SUBCOMMANDS: dict[str, str] = {
     "demo": "guardcache.demo.cli",
     "check": "guardcache.rails.cli",
     "cache": "guardcache.cache_cli",
+    "serve": "guardcache.server.cli",
 }
 
 

@@ -50,7 +50,7 @@ USED_RAIL_SETTINGS: frozenset[str] = frozenset({"jailbreak_detection", "content_
 
 NEMO_RAIL_GROUP_KEYS: dict[str, frozenset[str]] = {
     "input": frozenset({"speculative_generation"}),
-    "output": frozenset({"streaming"}),
+    "output": frozenset(),  # rails.output.streaming is used (guardcache.rails.streaming)
 }
 """Keys under ``rails.input`` / ``rails.output`` that guardcache ignores."""
 

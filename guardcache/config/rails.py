@@ -26,7 +26,7 @@ from pydantic import (
 
 from guardcache.checks import catalog as _catalog  # registers every check's flows
 from guardcache.config.errors import FieldError, Problem, from_validation_error, show
-from guardcache.config.fields import STRICT, PositiveFloat, PositiveInt, null_is_empty
+from guardcache.config.fields import STRICT, PositiveFloat, PositiveInt, null_is_empty, reject_bool
 from guardcache.config.files import MergedSources, load_path, parse_mapping, parse_yaml
 from guardcache.config.models import ModelConfig
 from guardcache.config.nemo_compat import strip_unused_nemo_keys
@@ -41,6 +41,24 @@ assert _catalog.PARSERS  # the import above is for its side effect: the flows ex
 logger = logging.getLogger(__name__)
 
 JAILBREAK_KEY = "jailbreak_detection"
+
+
+class OutputStreaming(BaseModel):
+    """``rails.output.streaming`` (NeMo's): check a streamed answer in windows as it is generated.
+
+    A window is ``chunk_size`` streamed tokens (the main model's stream deltas) plus up to
+    ``context_size`` tokens before them; each window is checked as ``bot_response`` through the same
+    cached checks. ``stream_first``: send a chunk before its check is in (lower latency; a block
+    then ends the stream after text the user has seen). guardcache's default is ``false``, stricter
+    than NeMo's: nothing unchecked reaches the user unless the config asks for it.
+    """
+
+    model_config = STRICT
+
+    enabled: bool = False
+    chunk_size: PositiveInt = 200
+    context_size: Annotated[int, BeforeValidator(reject_bool), Field(ge=0)] = 50
+    stream_first: bool = False
 
 
 class RailGroup(BaseModel):
@@ -64,6 +82,10 @@ class RailGroup(BaseModel):
     # Input rails only: on a check miss, start the main model at once, alongside the checks; a block
     # cancels it (README "Starting the main model during the input checks"). Off by default.
     during_main: bool = False
+    # Output rails only: check a streamed answer in windows (see OutputStreaming).
+    streaming: Annotated[OutputStreaming, BeforeValidator(null_is_empty)] = Field(
+        default_factory=OutputStreaming
+    )
 
     @field_validator("flows")
     @classmethod
@@ -200,6 +222,8 @@ class RailsConfig(BaseModel):
     def _model_problems(self) -> list[Problem]:
         first: dict[str, int] = {}
         problems: list[Problem] = []
+        if self.rails.input.streaming.enabled:
+            problems.append((("rails", "input", "streaming"), "only output rails check a stream"))
         if self.rails.output.during_main:
             problems.append(
                 (("rails", "output", "during_main"), "only input rails can run during the main model")
@@ -419,4 +443,4 @@ def colang_refusal(path: str | os.PathLike[str], files: list[str]) -> str:
 
 _COLANG_FLOW = re.compile(r"^\s*(?:define\s+)?(?:subflow|flow)\s+([^\n:]+)", re.MULTILINE)
 
-__all__ = ["RailGroup", "RailsConfig", "RailsSection", "colang_refusal"]
+__all__ = ["OutputStreaming", "RailGroup", "RailsConfig", "RailsSection", "colang_refusal"]

@@ -27,6 +27,7 @@ from guardcache.rails.main_llm import ClientLLM, LangChainLLM, MainLLM
 from guardcache.rails.messages import Message, history, last_index, read_messages
 from guardcache.rails.rail import Rail
 from guardcache.rails.speculation import abandon, run_with_early_start
+from guardcache.rails.streaming import GuardedStream
 from guardcache.rails.turn import REFUSAL, CheckResult, TurnInfo
 
 T = TypeVar("T")
@@ -318,6 +319,36 @@ class LLMRails:
             await asyncio.gather(*tasks, return_exceptions=True)
         order = {rail.name: i for i, rail in enumerate(rails)}
         return sorted(done_results, key=lambda r: order.get(r.flow, 0))
+
+    # -- streaming (guardcache.rails.streaming) ---------------------------------------------------
+
+    def stream_async(
+        self,
+        prompt: str | Sequence[Any] | None = None,
+        messages: Sequence[Any] | None = None,
+        *,
+        stream_main: bool = True,
+        **params: Any,
+    ) -> GuardedStream:
+        """One guarded turn with its reply streamed, as NeMo's ``stream_async``: ``async for chunk
+        in rails.stream_async(messages=[...])``. Nothing is sent before the input verdict; output
+        rails check the whole answer, or windows of it with ``rails.output.streaming.enabled``
+        (see :mod:`guardcache.rails.streaming` for what the user sees when a rail blocks).
+
+        ``params`` (``temperature``, ``max_tokens``...) override the main model's for this turn.
+        The returned :class:`GuardedStream` says, once iterated, whether and where the turn was
+        blocked (``blocked``, ``rail``) and holds its record (``turn``, as ``explain()``).
+        ``stream_main=False`` calls the main model without streaming (one piece).
+        """
+        msgs, _ = self._turn_input(prompt, messages)
+        if last_index(msgs, "user") is None:
+            raise ValueError("stream_async needs a user message (role 'user' or 'human') to answer")
+        if self._main is None:
+            raise ConfigError(
+                f"{self.config.source or '<config>'}: no main model: add a model with type: main, "
+                "pass llm= to LLMRails, or use check_async() to run only the rails"
+            )
+        return GuardedStream(self, msgs, params, stream_main=stream_main)
 
 
 __all__ = ["LLMRails"]

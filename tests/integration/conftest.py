@@ -3,12 +3,4 @@
 The fixtures (``emulator``, ``emulator_factory``, ``redis_server``, ``redis_url``, ``echo_llm``) come
 from ``guardcache.testing.pytest_plugin``, enabled for the whole suite in ``tests/conftest.py``, the
 way an app enables them for its own tests; every test here is marked ``integration`` there too.
-``EmulatorFactory`` is re-exported for ``test_redis_replicas.py`` until it imports it from
-``guardcache.testing.pytest_plugin``.
 """
-
-from __future__ import annotations
-
-from guardcache.testing.pytest_plugin import EmulatorFactory
-
-__all__ = ["EmulatorFactory"]

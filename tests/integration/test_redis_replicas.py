@@ -1,8 +1,8 @@
 """Replica PROCESSES sharing one Redis and one NIM emulator: one backend call per distinct check.
 
-Each replica is ``redis_replica.py``: it builds ``LLMRails`` from a config with ``store: redis``
-pointing at this test's emulator and redis-server, waits at a barrier, then fires the same burst of
-``check_async`` calls as every other replica. The emulator (in this test's event loop, at its
+Each replica is ``python -m guardcache.testing.replica``: it builds ``LLMRails`` from a config with
+``store: redis`` pointing at this test's emulator and redis-server, waits at a barrier, then fires the same
+burst of ``check_async`` calls as every other replica. The emulator (in this test's event loop, at its
 calibrated latency so the replicas' calls really overlap) counts what reached the backend. The
 replicas inherit this test's environment, which holds the tier's secret (``GUARDCACHE_REDIS_SECRET``,
 the config's default ``secret_env_var``), as a deployment would give every replica the same one.
@@ -19,9 +19,9 @@ import pytest
 from guardcache.cache.redis_keys import KeySpace, model_scope
 from guardcache.cache.redis_stats import GlobalTierStats
 from guardcache.emulator import DEFAULT_MODEL, EmulatorServer
-from tests.integration.conftest import EmulatorFactory
+from guardcache.testing import run_replicas, write_replica_config
+from guardcache.testing.pytest_plugin import EmulatorFactory
 from tests.integration.redis_support import TEST_SECRET, RedisServer
-from tests.integration.replica_fleet import run_replicas, write_replica_config
 
 pytestmark = pytest.mark.integration
 

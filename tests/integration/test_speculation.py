@@ -13,7 +13,7 @@ import pytest
 from guardcache import LLMRails, RailsConfig
 from guardcache.errors import ConfigError
 from guardcache.rails import REFUSAL
-from tests.integration.conftest import EmulatorFactory
+from guardcache.testing.pytest_plugin import EmulatorFactory
 
 pytestmark = pytest.mark.integration
 

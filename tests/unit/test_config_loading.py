@@ -248,7 +248,8 @@ def test_nemo_content_safety_example_loads_unchanged(caplog: pytest.LogCaptureFi
     # Its prompts.yml is NeMo's: the same templates as the package defaults, so the same cache keys.
     for default in default_prompts():
         assert fingerprint(config.prompt_for(default.task)) == fingerprint(default)
-    assert config.ignored_keys == ("rails.output.streaming", "streaming")
+    assert config.ignored_keys == ("streaming",)  # rails.output.streaming is used
+    assert config.rails.output.streaming.enabled
     assert len(caplog.records) == 1
 
 

@@ -38,7 +38,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("rails",),  # LLMRails and the runtime around the checks
     ("guardcache",),  # guardcache/__init__.py: the public face
     ("emulator",),  # tools on top of the library
-    ("demo", "testing", "cache_cli"),
+    ("demo", "testing", "cache_cli", "server"),
     ("cli",),  # `guardcache <command>`
     ("__main__",),  # `python -m guardcache`
 )

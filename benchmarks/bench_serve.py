@@ -1,0 +1,501 @@
+"""``guardcache serve`` under load: what the server adds to the main model, and requests/s per worker.
+
+Processes (2 shared cores): the main model and the guard are emulated NIMs in child processes
+(``time_scale=0``: the fastest the emulator answers), ``guardcache serve`` (one worker) in a child
+process, and the load generator (the official ``openai`` AsyncOpenAI client, plain calls and
+streams) in another child process. Every check is a cache hit after a warm-up pass (100% hits).
+
+Phases, all in one run:
+
+1. **Overhead** (concurrency 1): p50 of the same requests sent straight to the main emulator and
+   through the server (input + output rails, both hits), interleaved in rounds; the difference is
+   what the server adds. Target: <= 1 ms p50.
+2. **Throughput** (``--concurrency``, ``--seconds``): requests/s through the server, plain and
+   streamed, and the server process's CPU per request (from /proc): ``1 / CPU per request`` is
+   what one worker can serve when it has a core to itself (on this machine the load generator
+   and the main emulator take the other core and part of this one). Target: >= 3,000/s per worker.
+3. **Where the time goes**: client CPU per upstream call (httpx2, which the library uses, and httpx
+   0.28; aiohttp when installed), measured alone in this process; with ``--profile`` the server
+   runs under cProfile during a throughput pass and the top functions and a per-package split of
+   its CPU are printed.
+4. **NeMo Guardrails' server** on the same workload when ``nemoguardrails`` is installed (said so
+   when it is not).
+
+    python benchmarks/bench_serve.py                 # ~1-2 min
+    python benchmarks/bench_serve.py --quick         # ~30 s
+    python benchmarks/bench_serve.py --profile       # adds a profiled throughput pass
+
+Not part of the test run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import importlib.util
+import json
+import os
+import queue
+import re
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+from machine import describe_speed
+
+REPO = Path(__file__).resolve().parents[1]
+
+MAIN_MODEL = "meta/llama-3.1-8b-instruct"
+GUARD_MODEL = "nvidia/llama-3.1-nemoguard-8b-content-safety"
+RUNNING = re.compile(r"Uvicorn running on http://[\d.]+:(\d+)")
+MESSAGES = [f"Tell me something nice about the number {i}" for i in range(16)]
+TICKS = os.sysconf("SC_CLK_TCK")
+
+
+# -- processes ---------------------------------------------------------------------------------------
+
+
+def cpu_seconds(pid: int) -> float:
+    """utime + stime of a process (and its waited-for children) from /proc."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / TICKS
+
+
+class Child:
+    """A child process whose stderr is pumped (and searched for uvicorn's port line)."""
+
+    def __init__(self, cmd: list[str], env: dict[str, str] | None = None) -> None:
+        self.lines: list[str] = []
+        self._queue: queue.Queue[str | None] = queue.Queue()
+        self.proc = subprocess.Popen(
+            cmd,
+            stderr=subprocess.PIPE,
+            stdout=subprocess.DEVNULL,
+            stdin=subprocess.DEVNULL,
+            text=True,
+            env={**os.environ, "PYTHONPATH": str(REPO), "PYTHONUNBUFFERED": "1", **(env or {})},
+        )
+        threading.Thread(target=self._pump, daemon=True).start()
+
+    def _pump(self) -> None:
+        assert self.proc.stderr is not None
+        for line in self.proc.stderr:
+            self.lines.append(line)
+            self._queue.put(line)
+        self._queue.put(None)
+
+    def port(self, timeout: float = 60.0) -> int:
+        deadline = time.monotonic() + timeout
+        while True:
+            line = self._queue.get(timeout=max(0.01, deadline - time.monotonic()))
+            if line is None:
+                raise RuntimeError("the server exited:\n" + "".join(self.lines))
+            found = RUNNING.search(line)
+            if found:
+                return int(found.group(1))
+
+    def stop(self, timeout: float = 30.0) -> None:
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(timeout)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+
+
+def write_config(folder: Path, main_url: str, guard_url: str) -> Path:
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "config.yml").write_text(
+        f"""
+models:
+  - type: main
+    engine: nim
+    model: {MAIN_MODEL}
+    parameters: {{base_url: "{main_url}", max_tokens: 16}}
+  - type: content_safety
+    engine: nim
+    model: {GUARD_MODEL}
+    parameters: {{base_url: "{guard_url}"}}
+    cache: {{enabled: true, maxsize: 10000, stats: {{enabled: true}}}}
+rails:
+  input: {{flows: [content safety check input $model=content_safety]}}
+  output: {{flows: [content safety check output $model=content_safety]}}
+"""
+    )
+    return folder
+
+
+def wait_ready(url: str, timeout: float = 60.0) -> None:
+    import httpx
+
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        with contextlib.suppress(httpx.HTTPError):
+            if httpx.get(url, timeout=2).status_code == 200:
+                return
+        time.sleep(0.05)
+    raise RuntimeError(f"{url} never became ready")
+
+
+# -- the load generator (a child process) ------------------------------------------------------------
+
+
+async def _load(spec: dict[str, Any]) -> dict[str, Any]:
+    import openai
+
+    client = openai.AsyncOpenAI(base_url=spec["base_url"], api_key="bench", max_retries=0, timeout=60)
+    stream = spec["mode"] == "stream"
+    model = spec["model"]
+    latencies: list[float] = []
+    errors = 0
+    count = spec.get("count")
+    until = time.monotonic() + spec.get("seconds", 3600.0)
+    issued = 0
+
+    async def one(i: int) -> None:
+        nonlocal errors
+        messages = [{"role": "user", "content": MESSAGES[i % len(MESSAGES)]}]
+        started = time.perf_counter()
+        try:
+            if stream:
+                response = await client.chat.completions.create(model=model, messages=messages, stream=True)
+                async for _ in response:
+                    pass
+            else:
+                await client.chat.completions.create(model=model, messages=messages)
+        except Exception:
+            errors += 1
+            return
+        latencies.append(time.perf_counter() - started)
+
+    async def worker() -> None:
+        nonlocal issued
+        while time.monotonic() < until and (count is None or issued < count):
+            issued += 1
+            await one(issued)
+
+    cpu0, wall0 = time.process_time(), time.perf_counter()
+    await asyncio.gather(*(worker() for _ in range(spec["concurrency"])))
+    wall = time.perf_counter() - wall0
+    cpu = time.process_time() - cpu0
+    await client.close()
+    return {"latencies": latencies, "errors": errors, "wall": wall, "client_cpu": cpu}
+
+
+def run_load(
+    base_url: str, mode: str, concurrency: int, *, count: int | None = None, seconds: float | None = None
+) -> dict[str, Any]:
+    spec: dict[str, Any] = {
+        "base_url": base_url,
+        "mode": mode,
+        "concurrency": concurrency,
+        "model": MAIN_MODEL,
+    }
+    if count is not None:
+        spec["count"] = count
+    if seconds is not None:
+        spec["seconds"] = seconds
+    out = subprocess.run(
+        [sys.executable, __file__, "--load-worker", json.dumps(spec)],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "PYTHONPATH": str(REPO)},
+        check=True,
+    )
+    result: dict[str, Any] = json.loads(out.stdout.strip().splitlines()[-1])
+    return result
+
+
+def pct(values: list[float], q: float) -> float:
+    if not values:
+        return float("nan")
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
+
+
+# -- client CPU per upstream call ---------------------------------------------------------------------
+
+
+async def _client_cpu(url: str, n: int) -> dict[str, float | str]:
+    body = {"model": MAIN_MODEL, "messages": [{"role": "user", "content": "hello"}], "max_tokens": 16}
+    results: dict[str, float | str] = {}
+    import httpx as httpx1
+    import httpx2
+
+    for name, module in (("httpx2 (the library's client)", httpx2), ("httpx 0.28", httpx1)):
+        async with module.AsyncClient() as client:
+            for _ in range(50):
+                await client.post(url, json=body)
+            cpu0 = time.process_time()
+            for _ in range(n):
+                response = await client.post(url, json=body)
+                response.json()
+            results[name] = (time.process_time() - cpu0) / n * 1e6
+    if importlib.util.find_spec("aiohttp") is None:
+        results["aiohttp"] = "not installed"
+    else:
+        import aiohttp
+
+        async with aiohttp.ClientSession() as session:
+            for _ in range(50):
+                async with session.post(url, json=body) as r:
+                    await r.read()
+            cpu0 = time.process_time()
+            for _ in range(n):
+                async with session.post(url, json=body) as r:
+                    await r.json()
+            results["aiohttp"] = (time.process_time() - cpu0) / n * 1e6
+    from guardcache.llm.client import ChatClient
+
+    client = ChatClient(url.rsplit("/chat/completions", 1)[0], model=MAIN_MODEL)
+    msgs = [{"role": "user", "content": "hello"}]
+    for _ in range(50):
+        await client.complete(msgs, max_tokens=16)
+    cpu0 = time.process_time()
+    for _ in range(n):
+        await client.complete(msgs, max_tokens=16)
+    results["ChatClient.complete (httpx2 + retries/deadline)"] = (time.process_time() - cpu0) / n * 1e6
+    from guardcache.rails.main_llm import ClientLLM, StreamTotals
+
+    main = ClientLLM(client, {"max_tokens": 16})
+    cpu0 = time.process_time()
+    for _ in range(n):
+        async for _ in main.stream(msgs, StreamTotals()):
+            pass
+    results["ClientLLM.stream (SSE over httpx2)"] = (time.process_time() - cpu0) / n * 1e6
+    from guardcache.llm.pool import aclose_all
+
+    await aclose_all()
+    return results
+
+
+# -- the profiled server (a child process) ------------------------------------------------------------
+
+
+def serve_profiled(config: str, out: str) -> None:
+    """Run the server under cProfile until SIGTERM, then write the profile."""
+    import cProfile
+
+    import uvicorn
+
+    from guardcache.server.app import configure_logging, create_app
+    from guardcache.server.settings import ServeSettings
+
+    configure_logging("info")
+    app = create_app(ServeSettings(config=config, port=0))
+    # uvicorn handles SIGTERM (drain), restores this handler and re-raises the signal into it:
+    # a no-op lets the profile be written.
+    signal.signal(signal.SIGTERM, lambda *_: None)
+    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=0, log_config=None, access_log=False))
+    profile = cProfile.Profile(time.process_time)  # CPU, not wall time (idle epoll waits are free)
+    profile.enable()
+    server.run()
+    profile.disable()
+    profile.dump_stats(out)
+
+
+PACKAGES = (
+    ("uvicorn + h11 (HTTP server)", ("uvicorn", "h11")),
+    ("starlette (routing, responses)", ("starlette",)),
+    ("httpx2/httpcore2 + anyio (upstream HTTP client)", ("httpx2", "httpcore", "anyio", "sniffio", "h2")),
+    ("guardcache.server", ("guardcache/server",)),
+    (
+        "guardcache rails/checks/cache/llm",
+        ("guardcache/rails", "guardcache/checks", "guardcache/cache", "guardcache/llm"),
+    ),
+    ("prometheus_client", ("prometheus_client",)),
+    ("json", ("json/",)),
+    ("asyncio + selectors + ssl/socket", ("asyncio", "selectors", "socket")),
+)
+
+
+def summarize_profile(path: str, requests: int) -> str:
+    import pstats
+
+    stats = pstats.Stats(path)
+    raw: dict[Any, Any] = stats.stats  # type: ignore[attr-defined]
+    total = sum(v[2] for v in raw.values())
+    groups = {name: 0.0 for name, _ in PACKAGES}
+    other = 0.0
+    for (filename, _, _), (_, _, tottime, _, _) in raw.items():
+        for name, needles in PACKAGES:
+            if any(n in filename for n in needles):
+                groups[name] += tottime
+                break
+        else:
+            other += tottime
+    per = max(requests, 1)
+    lines = [
+        f"  profiled CPU (self time, all functions): {total:.2f} s for {requests} requests = "
+        f"{total / per * 1e6:.0f} us/request (cProfile inflates it; the split is what matters)"
+    ]
+    for name, seconds in sorted(groups.items(), key=lambda kv: -kv[1]):
+        lines.append(
+            f"    {name:<48} {seconds / max(requests, 1) * 1e6:7.0f} us/request  ({seconds / total:5.1%})"
+        )
+    name = "other (builtins, C calls, stdlib)"
+    lines.append(f"    {name:<48} {other / per * 1e6:7.0f} us/request  ({other / total:5.1%})")
+    top = sorted(raw.items(), key=lambda kv: -kv[1][2])[:20]
+    lines.append("  top functions by self time:")
+    for (filename, line, func), (_, ncalls, tottime, _, _) in top:
+        short = "/".join(filename.split("/")[-2:])
+        lines.append(
+            f"    {tottime / max(requests, 1) * 1e6:7.1f} us/req  {ncalls:>9} calls  {short}:{line} {func}"
+        )
+    return "\n".join(lines)
+
+
+# -- the benchmark ------------------------------------------------------------------------------------
+
+
+def latency_phase(main_url: str, serve_url: str, requests: int) -> None:
+    print("\n1. What the server adds to the main model's latency (concurrency 1, 100% hits)")
+    rows: dict[tuple[str, str], list[float]] = {}
+    for _ in range(2):  # two interleaved rounds
+        for mode in ("plain", "stream"):
+            for target, url in (("alone", main_url), ("served", serve_url)):
+                rows.setdefault((mode, target), []).extend(
+                    run_load(url, mode, 1, count=requests)["latencies"]
+                )
+    for mode in ("plain", "stream"):
+        alone, served = rows[(mode, "alone")], rows[(mode, "served")]
+        a50, s50 = statistics.median(alone) * 1e3, statistics.median(served) * 1e3
+        verdict = "PASS" if s50 - a50 <= 1.0 else "MISS"
+        print(
+            f"   {mode:<6} p50 main alone {a50:6.2f} ms | through serve {s50:6.2f} ms | "
+            f"added {s50 - a50:+.2f} ms (target <= 1 ms: {verdict}) | "
+            f"p90 {pct(alone, 0.9) * 1e3:.2f} vs {pct(served, 0.9) * 1e3:.2f} ms"
+        )
+    print(
+        "   (stream: the config checks the whole answer with its output rail, so the server sends it as "
+        "one chunk while the main model alone sends one chunk per token: the client parses fewer events)"
+    )
+
+
+def throughput_phase(main_url: str, serve_url: str, server: Child, args: argparse.Namespace) -> None:
+    print(f"\n2. Throughput through the server (concurrency {args.concurrency}, {args.seconds:g} s/pass)")
+    for mode in ("plain", "stream"):
+        direct = run_load(main_url, mode, args.concurrency, seconds=args.seconds)
+        cpu0 = cpu_seconds(server.proc.pid)
+        got = run_load(serve_url, mode, args.concurrency, seconds=args.seconds)
+        cpu = cpu_seconds(server.proc.pid) - cpu0
+        done = len(got["latencies"])
+        per_req = cpu / max(done, 1)
+        capacity = 1 / per_req if per_req else float("inf")
+        verdict = "PASS" if capacity >= 3000 else "MISS"
+        alone_rate = len(direct["latencies"]) / direct["wall"]
+        client_us = got["client_cpu"] / max(done, 1) * 1e6
+        print(
+            f"   {mode:<6} {done / got['wall']:7.0f} req/s through serve (errors {got['errors']}), "
+            f"p50 {pct(got['latencies'], 0.5) * 1e3:.1f} ms; main alone {alone_rate:7.0f} req/s"
+        )
+        print(
+            f"          server CPU {per_req * 1e6:.0f} us/request -> {capacity:,.0f} req/s per worker "
+            f"with a core to itself (target >= 3,000: {verdict}); load generator {client_us:.0f} us/request"
+        )
+
+
+def profile_phase(config: Path, tmp: str, args: argparse.Namespace) -> None:
+    print(
+        f"\n   Profiled server (cProfile, CPU time, concurrency {args.concurrency}, "
+        f"plain, {args.seconds:g} s):"
+    )
+    out = str(Path(tmp) / "serve.prof")
+    profiled = Child([args.server_python, __file__, "--serve-profiled", str(config), out])
+    try:
+        port = profiled.port()
+        wait_ready(f"http://127.0.0.1:{port}/health/ready")
+        url = f"http://127.0.0.1:{port}/v1"
+        run_load(url, "plain", 4, count=len(MESSAGES) * 2)
+        got = run_load(url, "plain", args.concurrency, seconds=args.seconds)
+    finally:
+        profiled.stop()
+    print(summarize_profile(out, len(got["latencies"]) + len(MESSAGES) * 2))
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--quick", action="store_true")
+    parser.add_argument("--seconds", type=float, default=6.0, help="each throughput pass (default 6)")
+    parser.add_argument("--concurrency", type=int, default=32, help="throughput passes (default 32)")
+    parser.add_argument("--latency-requests", type=int, default=200, help="per target and mode, per round")
+    parser.add_argument("--profile", action="store_true", help="add a throughput pass under cProfile")
+    parser.add_argument(
+        "--server-python",
+        default=sys.executable,
+        help="the interpreter running the server (e.g. a venv with uvloop and httptools, which uvicorn "
+        "then uses)",
+    )
+    parser.add_argument("--phases", default="1234", help="which phases to run (default 1234)")
+    parser.add_argument("--load-worker", help=argparse.SUPPRESS)
+    parser.add_argument("--serve-profiled", nargs=2, help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.load_worker:
+        print(json.dumps(asyncio.run(_load(json.loads(args.load_worker)))))
+        return 0
+    if args.serve_profiled:
+        serve_profiled(*args.serve_profiled)
+        return 0
+    if args.quick:
+        args.seconds, args.latency_requests = 3.0, 100
+
+    from guardcache.emulator import EmulatorConfig, EmulatorProcess, LatencyConfig
+
+    print(describe_speed())
+    print(f"load average {os.getloadavg()[0]:.2f}, {os.cpu_count()} cores; server: {args.server_python}")
+    fast = LatencyConfig(time_scale=0)
+    with (
+        EmulatorProcess(EmulatorConfig(port=0, model=MAIN_MODEL, latency=fast)) as main_emu,
+        EmulatorProcess(EmulatorConfig(port=0, latency=fast)) as guard_emu,
+        tempfile.TemporaryDirectory() as tmp,
+    ):
+        main_url = f"http://127.0.0.1:{main_emu.port}/v1"
+        config = write_config(Path(tmp) / "bench", main_url, f"http://127.0.0.1:{guard_emu.port}/v1")
+        if "1" in args.phases or "2" in args.phases:
+            server = Child(
+                [args.server_python, "-m", "guardcache", "serve", "--config", str(config), "--port", "0"]
+            )
+            try:
+                port = server.port()
+                serve_url = f"http://127.0.0.1:{port}/v1"
+                wait_ready(f"http://127.0.0.1:{port}/health/ready")
+                run_load(serve_url, "plain", 4, count=len(MESSAGES) * 4)  # every check cached from here on
+                guard_calls = guard_emu.stats().requests_by_endpoint.get("chat.completions", 0)
+                if "1" in args.phases:
+                    latency_phase(main_url, serve_url, args.latency_requests)
+                if "2" in args.phases:
+                    throughput_phase(main_url, serve_url, server, args)
+                extra = guard_emu.stats().requests_by_endpoint.get("chat.completions", 0) - guard_calls
+                print(f"   guard backend calls during the measured passes: {extra} (100% hits: 0 expected)")
+            finally:
+                server.stop()
+        if "3" in args.phases:
+            print("\n3. Client CPU per upstream call (this process, sequential, to the main emulator)")
+            for name, value in asyncio.run(_client_cpu(f"{main_url}/chat/completions", 500)).items():
+                print(f"   {name:<50} {value if isinstance(value, str) else f'{value:6.0f} us'}")
+            if args.profile:
+                profile_phase(config, tmp, args)
+        if "4" in args.phases:
+            print("\n4. NeMo Guardrails' server, same workload")
+            if importlib.util.find_spec("nemoguardrails") is None:
+                print(
+                    "   nemoguardrails is not installed here: no side-by-side column "
+                    "(pip install nemoguardrails)"
+                )
+            else:
+                print("   nemoguardrails is installed, but this script does not drive its server yet")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

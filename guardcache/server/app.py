@@ -1,0 +1,320 @@
+"""The ASGI app of ``guardcache serve``: routes, the operations middleware, start-up and shutdown.
+
+- Start-up (lifespan, per worker): every config's rails are built when the app is made (a bad
+  config fails before the port opens), then ``warm_up_async()`` primes each guard backend; the
+  server is ready once that ran and each guard backend accepts connections.
+- Shutdown: uvicorn stops accepting, lets in-flight requests (streams included) finish within
+  ``shutdown_timeout``, then the lifespan closes the rails (Redis tier flushed, HTTP pools closed).
+- :class:`OperationsMiddleware` (pure ASGI, no per-request objects beyond a closure): a request id
+  for every request (the client's ``X-Request-Id`` when it is sane, else a new one), in the response
+  header and in every log line written while serving it; client API keys on ``/v1/*``; a body
+  limit (413 from ``Content-Length`` before reading; the route enforces it while reading); the
+  concurrency limit (503 with ``Retry-After``) and the in-flight gauge.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import hmac
+import logging
+import re
+import time
+import uuid
+from collections.abc import AsyncIterator, Mapping
+from contextvars import ContextVar
+from typing import Any
+
+from starlette.applications import Starlette
+from starlette.routing import Route
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from guardcache.cache import CacheInterface
+from guardcache.errors import ConfigError
+from guardcache.rails.llmrails import LLMRails
+from guardcache.server.metrics import ServerMetrics
+from guardcache.server.protocol import RequestError, error_body
+from guardcache.server.routes import Handlers, json_response, too_large
+from guardcache.server.settings import ServeSettings, load_configs
+
+log = logging.getLogger("guardcache.server")
+
+REQUEST_ID: ContextVar[str] = ContextVar("guardcache_request_id", default="-")
+_SANE_ID = re.compile(r"[A-Za-z0-9._:-]{1,128}")
+CHAT_PATH = "/v1/chat/completions"
+
+
+class RequestIdFilter(logging.Filter):
+    """Adds ``request_id`` to every record (``-`` outside a request) for the log format."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        record.request_id = REQUEST_ID.get()
+        return True
+
+
+LOG_FORMAT = "%(asctime)s %(levelname)s %(name)s [%(request_id)s]: %(message)s"
+
+
+def configure_logging(level: str = "info") -> None:
+    """Root logging with the request id in every line (the CLI and each worker process)."""
+    root = logging.getLogger()
+    if not root.handlers:
+        logging.basicConfig()
+    for handler in root.handlers:
+        if not any(isinstance(f, RequestIdFilter) for f in handler.filters):
+            handler.addFilter(RequestIdFilter())
+        handler.setFormatter(logging.Formatter(LOG_FORMAT))
+    root.setLevel(level.upper())
+    for noisy in ("httpx", "httpx2"):
+        logging.getLogger(noisy).setLevel(logging.WARNING)
+
+
+class ServerState:
+    """Everything the routes share: the rails per config, metrics, readiness."""
+
+    def __init__(self, settings: ServeSettings, rails: Mapping[str, LLMRails]) -> None:
+        self.settings = settings
+        self.rails = dict(rails)
+        self.main_models: dict[str, str] = {}
+        for config_id, r in self.rails.items():
+            if "main" not in r.config.model_types:
+                raise ConfigError(
+                    f"{r.config.source or config_id}: guardcache serve needs a main model (type: main) "
+                    "to answer chat completions"
+                )
+            self.main_models[config_id] = r.config.model("main").model
+        self.metrics = ServerMetrics(self.caches)
+        self.api_key = settings.api_key()
+        self.created = int(time.time())
+        self.warmed = False
+        self.warm_up_errors: dict[str, dict[str, str | None]] = {}
+        self.draining = False
+        self.in_flight = 0
+
+    def caches(self) -> dict[str, dict[str, CacheInterface]]:
+        return {config_id: r.model_caches for config_id, r in self.rails.items()}
+
+    def select(self, config_id: str | None, model: str | None) -> str:
+        """The config a request goes to (see the README: ``config_id``, else the only config, else
+        the config whose id or main model the ``model`` field names)."""
+        if config_id is not None:
+            if config_id not in self.rails:
+                raise RequestError(
+                    f"Unknown config_id {config_id!r}; served configs: {', '.join(self.rails)}.",
+                    status=404,
+                    param="config_id",
+                    code="config_not_found",
+                )
+            return config_id
+        if len(self.rails) == 1:
+            return next(iter(self.rails))
+        if model is not None:
+            if model in self.rails:
+                return model
+            matches = [cid for cid, name in self.main_models.items() if name == model]
+            if len(matches) == 1:
+                return matches[0]
+        raise RequestError(
+            f"Several configs are served ({', '.join(self.rails)}): name one with 'config_id' "
+            "(or with 'model', as a config id or a main model only one config uses).",
+            status=404 if model is not None else 400,
+            param="config_id",
+            code="config_not_found" if model is not None else "config_id_required",
+        )
+
+    def guard_urls(self) -> dict[str, str]:
+        """Each guard backend of every config by ``config/model type``: what readiness probes."""
+        urls: dict[str, str] = {}
+        for config_id, r in self.rails.items():
+            for model in r.config.models:
+                if model.type != "main":
+                    client = r._runtime.clients.get(model.type)
+                    if client is not None:
+                        urls[f"{config_id}/{model.type}"] = client.base_url
+            detection = r.config.rails.config.jailbreak_detection.url
+            if detection is not None:
+                urls[f"{config_id}/jailbreak_detection"] = detection
+        return urls
+
+    async def start(self) -> None:
+        if self.settings.warm_up:
+            names = list(self.rails)
+            results = await asyncio.gather(*(self.rails[n].warm_up_async() for n in names))
+            self.warm_up_errors = dict(zip(names, results, strict=True))
+            for config_id, errors in self.warm_up_errors.items():
+                for flow, error in errors.items():
+                    if error is not None:
+                        log.warning("warm-up of %s / %r failed: %s", config_id, flow, error)
+        self.warmed = True
+
+    async def stop(self) -> None:
+        self.draining = True
+        for r in self.rails.values():
+            try:
+                await r.aclose()
+            except Exception:  # closing is best effort; log and go on with the others
+                log.warning("closing the rails of a config failed", exc_info=True)
+
+
+class OperationsMiddleware:
+    """Request ids, client auth, body limit, concurrency limit (see the module docstring)."""
+
+    def __init__(self, app: ASGIApp, state: ServerState) -> None:
+        self.app = app
+        self.state = state
+        self.limit = state.settings.max_concurrency
+        self.max_body = state.settings.max_body_bytes
+        self.auth = f"Bearer {state.api_key}".encode() if state.api_key else None
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        request_id = None
+        authorization = None
+        length = None
+        for name, value in scope["headers"]:
+            if name == b"x-request-id":
+                request_id = value.decode("latin-1")
+            elif name == b"authorization":
+                authorization = value
+            elif name == b"content-length":
+                length = value
+        if request_id is None or not _SANE_ID.fullmatch(request_id):
+            request_id = uuid.uuid4().hex
+        token = REQUEST_ID.set(request_id)
+        id_header = (b"x-request-id", request_id.encode())
+
+        async def send_with_id(message: Message) -> None:
+            if message["type"] == "http.response.start":
+                message["headers"] = [*message.get("headers", ()), id_header]
+            await send(message)
+
+        try:
+            path: str = scope["path"]
+            if (
+                self.auth is not None
+                and path.startswith("/v1/")
+                and (authorization is None or not hmac.compare_digest(authorization, self.auth))
+            ):
+                self.state.metrics.reject("auth")
+                await _refuse(
+                    send_with_id,
+                    RequestError(
+                        "Incorrect or missing API key: send 'Authorization: Bearer <key>'.",
+                        status=401,
+                        code="invalid_api_key",
+                        headers={"WWW-Authenticate": "Bearer"},
+                    ),
+                    scope,
+                    receive,
+                )
+                return
+            if path != CHAT_PATH:
+                await self.app(scope, receive, send_with_id)
+                return
+            if length is not None:
+                try:
+                    too_long = int(length) > self.max_body
+                except ValueError:
+                    too_long = False
+                if too_long:
+                    self.state.metrics.reject("body_too_large")
+                    await _refuse(send_with_id, too_large(self.max_body), scope, receive)
+                    return
+            state = self.state
+            if state.in_flight >= self.limit:
+                state.metrics.reject("overloaded")
+                retry = str(state.settings.retry_after)
+                await _refuse(
+                    send_with_id,
+                    RequestError(
+                        f"The server is at its concurrency limit ({self.limit} requests); retry later.",
+                        status=503,
+                        type="server_overloaded",
+                        code="overloaded",
+                        headers={"Retry-After": retry},
+                    ),
+                    scope,
+                    receive,
+                )
+                return
+            state.in_flight += 1
+            gauge = state.metrics.in_flight
+            gauge.inc()
+            try:
+                await self.app(scope, receive, send_with_id)
+            finally:
+                state.in_flight -= 1
+                gauge.dec()
+        finally:
+            REQUEST_ID.reset(token)
+
+
+async def _refuse(send: Send, exc: RequestError, scope: Scope, receive: Receive) -> None:
+    response = json_response(exc.body(), exc.status, exc.headers or None)
+    await response(scope, receive, send)
+
+
+def create_app(settings: ServeSettings, rails: Mapping[str, LLMRails] | None = None) -> ASGIApp:
+    """The app serving ``settings.config`` (or the given rails, by config id)."""
+    if rails is None:
+        rails = {config_id: LLMRails(config) for config_id, config in load_configs(settings.config).items()}
+    state = ServerState(settings, rails)
+    handlers = Handlers(state)
+
+    @contextlib.asynccontextmanager
+    async def lifespan(app: Starlette) -> AsyncIterator[None]:
+        await state.start()
+        log.info(
+            "serving %s (configs: %s)",
+            settings.config,
+            ", ".join(f"{k} ({v})" for k, v in state.main_models.items()),
+        )
+        yield
+        await state.stop()
+
+    routes = [
+        Route(CHAT_PATH, handlers.chat, methods=["POST"]),
+        Route("/v1/models", handlers.models, methods=["GET"]),
+        Route("/v1/rails/configs", handlers.configs, methods=["GET"]),
+        Route("/health/live", handlers.live, methods=["GET"]),
+        Route("/health/ready", handlers.ready, methods=["GET"]),
+        Route("/metrics", handlers.metrics, methods=["GET"]),
+    ]
+    app = Starlette(routes=routes, lifespan=lifespan, exception_handlers={404: _not_found, 405: _not_allowed})
+    app.state.guardcache = state
+    return OperationsMiddleware(app, state)
+
+
+async def _not_found(request: Any, exc: Exception) -> Any:
+    return json_response(
+        error_body(f"No route {request.url.path}.", "invalid_request_error", "not_found"), 404
+    )
+
+
+async def _not_allowed(request: Any, exc: Exception) -> Any:
+    return json_response(
+        error_body(
+            f"Method {request.method} is not allowed here.", "invalid_request_error", "method_not_allowed"
+        ),
+        405,
+    )
+
+
+def app_from_env() -> ASGIApp:
+    """The uvicorn app factory of worker processes (``--workers N``): settings from the environment."""
+    settings = ServeSettings.from_env()
+    configure_logging(settings.log_level)
+    return create_app(settings)
+
+
+__all__ = [
+    "REQUEST_ID",
+    "OperationsMiddleware",
+    "RequestIdFilter",
+    "ServerState",
+    "app_from_env",
+    "configure_logging",
+    "create_app",
+]

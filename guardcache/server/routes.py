@@ -1,0 +1,287 @@
+"""The HTTP routes of ``guardcache serve``.
+
+- ``POST /v1/chat/completions``: one guarded turn, plain or ``stream: true`` (SSE chunks ending with
+  ``data: [DONE]``). A blocked turn is a normal assistant message holding the refusal, with
+  ``finish_reason: "content_filter"``, ``"guardcache": {"blocked": true, "rail": ..., "direction":
+  ...}`` in the body (streams: in the last chunk) and the header ``X-Guardcache-Blocked: input`` or
+  ``output`` when the block is known before the first byte (always for input rails; for output
+  rails unless a streamed answer is blocked after text was sent).
+- ``GET /v1/models``; ``GET /v1/rails/configs`` (NeMo's server); ``GET /health/live``,
+  ``GET /health/ready``; ``GET /metrics`` (Prometheus).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import time
+from collections.abc import AsyncIterator
+from typing import TYPE_CHECKING, Any
+from urllib.parse import urlsplit
+
+from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+from starlette.requests import Request
+from starlette.responses import Response, StreamingResponse
+
+from guardcache.errors import BackendError, BackendTimeoutError
+from guardcache.rails.streaming import GuardedStream
+from guardcache.server.protocol import (
+    RequestError,
+    completion_body,
+    completion_id,
+    error_body,
+    parse_chat,
+    parse_json,
+)
+from guardcache.server.streaming import DONE, ChunkWriter, error_event
+
+if TYPE_CHECKING:
+    from guardcache.server.app import ServerState
+
+log = logging.getLogger("guardcache.server")
+
+PROBE_TTL = 1.0
+PROBE_TIMEOUT = 0.5
+
+
+def json_response(body: Any, status: int = 200, headers: dict[str, str] | None = None) -> Response:
+    return Response(
+        json.dumps(body, ensure_ascii=False, separators=(",", ":")).encode(),
+        status_code=status,
+        headers=headers,
+        media_type="application/json",
+    )
+
+
+def error_response(exc: RequestError) -> Response:
+    return json_response(exc.body(), exc.status, exc.headers or None)
+
+
+class Handlers:
+    def __init__(self, state: ServerState) -> None:
+        self.state = state
+        self._probes: dict[str, tuple[float, str | None]] = {}
+
+    # -- chat ------------------------------------------------------------------------------------
+
+    async def chat(self, request: Request) -> Response:
+        started = time.monotonic()
+        state = self.state
+        try:
+            raw = await _read_body(request, state.settings.max_body_bytes)
+            chat = parse_chat(parse_json(raw))
+            config_id = state.select(chat.config_id, chat.model)
+        except RequestError as exc:
+            state.metrics.reject(_reason(exc))
+            return error_response(exc)
+        rails = state.rails[config_id]
+        model = state.main_models[config_id]
+        stream = rails.stream_async(messages=chat.messages, stream_main=chat.stream, **chat.params)
+        try:
+            first = await _first(stream)
+        except BaseException as exc:
+            await stream.aclose()
+            return self._failed(config_id, exc, started, "stream" if chat.stream else "plain")
+        headers = {"X-Guardcache-Blocked": stream.blocked} if stream.blocked else None
+        if not chat.stream:
+            text = first or ""
+            try:
+                async for piece in stream:  # none for a plain turn; kept for safety
+                    text += piece
+            except BaseException as exc:
+                await stream.aclose()
+                return self._failed(config_id, exc, started, "plain")
+            self._observe(config_id, stream, started, "plain")
+            body = completion_body(
+                completion_id(),
+                model,
+                text,
+                stream.finish_reason,
+                stream.usage,
+                _extension(stream, config_id),
+            )
+            return json_response(body, headers=headers)
+        return StreamingResponse(
+            self._events(config_id, model, stream, first, chat.include_usage, started),
+            media_type="text/event-stream",
+            headers={**(headers or {}), "Cache-Control": "no-cache"},
+        )
+
+    async def _events(
+        self,
+        config_id: str,
+        model: str,
+        stream: GuardedStream,
+        first: str | None,
+        include_usage: bool,
+        started: float,
+    ) -> AsyncIterator[bytes]:
+        writer = ChunkWriter(completion_id(), model)
+        outcome: str | None = None
+        try:
+            # Pieces that are already there go out in one event (one write, one syscall).
+            yield writer.content((first or "") + stream.ready(), first=True)
+            try:
+                async for piece in stream:
+                    yield writer.content(piece + stream.ready())
+            except BackendError as exc:
+                outcome = "main_error"
+                self.state.metrics.main_error(config_id, type(exc).__name__)
+                log.warning("main model failed mid-stream (%s): %s", type(exc).__name__, exc)
+                yield error_event(
+                    f"The main model failed mid-stream ({type(exc).__name__}); the answer is incomplete.",
+                    "upstream_error",
+                    "main_model_failed",
+                )
+                yield DONE
+                return
+            tail = writer.final(stream.finish_reason or "stop", _extension(stream, config_id))
+            yield tail + writer.usage(stream.usage) + DONE if include_usage else tail + DONE
+        finally:
+            await stream.aclose()
+            if outcome is None:
+                outcome = _outcome(stream)
+            first_at = stream.first_piece_at
+            self.state.metrics.observe_turn(
+                config_id,
+                stream.turn,
+                mode="stream",
+                outcome=outcome,
+                seconds=time.monotonic() - started,
+                first_piece=first_at - started if first_at is not None else None,
+            )
+
+    def _observe(self, config_id: str, stream: GuardedStream, started: float, mode: str) -> None:
+        self.state.metrics.observe_turn(
+            config_id, stream.turn, mode=mode, outcome=_outcome(stream), seconds=time.monotonic() - started
+        )
+
+    def _failed(self, config_id: str, exc: BaseException, started: float, mode: str) -> Response:
+        metrics = self.state.metrics
+        if isinstance(exc, asyncio.CancelledError):
+            raise exc
+        if isinstance(exc, BackendError):
+            kind = type(exc).__name__
+            metrics.main_error(config_id, kind)
+            log.warning("main model failed (%s): %s", kind, exc)
+            status = 504 if isinstance(exc, BackendTimeoutError) else 502
+            message = f"The main model did not answer ({kind}); see the server log for this request id."
+            response = json_response(error_body(message, "upstream_error", "main_model_failed"), status)
+            outcome = "main_error"
+        else:
+            log.error("guarded turn failed unexpectedly (%s)", type(exc).__name__, exc_info=exc)
+            response = json_response(
+                error_body("Internal error; see the server log for this request id.", "server_error"), 500
+            )
+            outcome = "error"
+        metrics.turn_latency.labels(config_id, mode, outcome).observe(time.monotonic() - started)
+        return response
+
+    # -- the rest --------------------------------------------------------------------------------
+
+    async def models(self, request: Request) -> Response:
+        state = self.state
+        data = [
+            {
+                "id": model,
+                "object": "model",
+                "created": state.created,
+                "owned_by": "guardcache",
+                "config_id": config_id,
+            }
+            for config_id, model in state.main_models.items()
+        ]
+        return json_response({"object": "list", "data": data})
+
+    async def configs(self, request: Request) -> Response:
+        return json_response([{"id": config_id} for config_id in self.state.rails])
+
+    async def live(self, request: Request) -> Response:
+        return json_response({"status": "live"})
+
+    async def ready(self, request: Request) -> Response:
+        state = self.state
+        if not state.warmed:
+            return json_response({"status": "starting", "detail": "warming up the guard backends"}, 503)
+        if state.draining:
+            return json_response({"status": "draining"}, 503)
+        urls = state.guard_urls()
+        results = await asyncio.gather(*(self._probe(url) for url in urls.values()))
+        backends = {name: err or "ok" for name, err in zip(urls, results, strict=True)}
+        ok = all(err is None for err in results)
+        body = {
+            "status": "ready" if ok else "unavailable",
+            "configs": list(state.rails),
+            "backends": backends,
+        }
+        return json_response(body, 200 if ok else 503)
+
+    async def metrics(self, request: Request) -> Response:
+        return Response(generate_latest(self.state.metrics.registry), media_type=CONTENT_TYPE_LATEST)
+
+    async def _probe(self, url: str) -> str | None:
+        """Whether a backend accepts a TCP connection (cached for a second: probes are cheap but a
+        load balancer may ask often)."""
+        now = time.monotonic()
+        cached = self._probes.get(url)
+        if cached is not None and now - cached[0] < PROBE_TTL:
+            return cached[1]
+        parts = urlsplit(url)
+        port = parts.port or (443 if parts.scheme == "https" else 80)
+        error: str | None = None
+        try:
+            async with asyncio.timeout(PROBE_TIMEOUT):
+                _, writer = await asyncio.open_connection(parts.hostname, port)
+            writer.close()
+        except (OSError, TimeoutError) as exc:
+            error = f"unreachable ({type(exc).__name__})"
+        self._probes[url] = (now, error)
+        return error
+
+
+async def _read_body(request: Request, limit: int) -> bytes:
+    chunks: list[bytes] = []
+    size = 0
+    async for chunk in request.stream():
+        size += len(chunk)
+        if size > limit:
+            raise too_large(limit)
+        chunks.append(chunk)
+    return b"".join(chunks)
+
+
+def too_large(limit: int) -> RequestError:
+    return RequestError(
+        f"The request body is larger than this server accepts ({limit} bytes).",
+        status=413,
+        code="request_too_large",
+    )
+
+
+async def _first(stream: GuardedStream) -> str | None:
+    try:
+        return await stream.__anext__()
+    except StopAsyncIteration:
+        return None
+
+
+def _extension(stream: GuardedStream, config_id: str) -> dict[str, Any]:
+    if stream.blocked is None:
+        return {"blocked": False, "config_id": config_id}
+    return {"blocked": True, "direction": stream.blocked, "rail": stream.rail, "config_id": config_id}
+
+
+def _outcome(stream: GuardedStream) -> str:
+    return f"blocked_{stream.blocked}" if stream.blocked else "allowed"
+
+
+def _reason(exc: RequestError) -> str:
+    if exc.status == 413:
+        return "body_too_large"
+    if exc.code in ("config_not_found", "model_not_found"):
+        return "unknown_config"
+    return "invalid"
+
+
+__all__ = ["Handlers", "error_response", "json_response", "too_large"]

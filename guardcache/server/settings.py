@@ -1,0 +1,96 @@
+"""``guardcache serve`` settings, and loading the config (or folder of configs) it serves."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+from guardcache.config import RailsConfig
+from guardcache.errors import ConfigError
+
+SETTINGS_ENV = "GUARDCACHE_SERVE_SETTINGS"
+"""How worker processes (``--workers N``, started by uvicorn) receive the settings: one JSON value."""
+
+CONFIG_FILES = ("config.yml", "config.yaml")
+
+
+@dataclass(frozen=True, slots=True)
+class ServeSettings:
+    """What one ``guardcache serve`` runs.
+
+    Attributes:
+        config: a config file, a config folder, or a folder of config folders (one per
+            ``config_id``, as NeMo's server).
+        api_key_env: the environment variable holding the key clients must send as
+            ``Authorization: Bearer ...``; None: no client authentication.
+        max_body_bytes: larger request bodies are refused with 413.
+        max_concurrency: chat requests served at once; more are refused with 503 and Retry-After.
+        retry_after: seconds, the Retry-After of a 503.
+        shutdown_timeout: seconds in-flight requests get to finish after SIGTERM.
+        warm_up: prime every guard backend at start-up (``warm_up_async``), per worker.
+    """
+
+    config: str
+    host: str = "127.0.0.1"
+    port: int = 8000
+    workers: int = 1
+    api_key_env: str | None = None
+    max_body_bytes: int = 1 << 20
+    max_concurrency: int = 1024
+    retry_after: int = 1
+    shutdown_timeout: float = 30.0
+    warm_up: bool = True
+    access_log: bool = False
+    log_level: str = "info"
+
+    def to_json(self) -> str:
+        return json.dumps(dataclasses.asdict(self))
+
+    @classmethod
+    def from_json(cls, text: str) -> ServeSettings:
+        return cls(**json.loads(text))
+
+    @classmethod
+    def from_env(cls) -> ServeSettings:
+        text = os.environ.get(SETTINGS_ENV)
+        if not text:
+            raise RuntimeError(f"{SETTINGS_ENV} is not set: start workers with 'guardcache serve'")
+        return cls.from_json(text)
+
+    def api_key(self) -> str | None:
+        """The client key, read from the environment (never from argv, which `ps` shows)."""
+        if self.api_key_env is None:
+            return None
+        key = os.environ.get(self.api_key_env, "").strip()
+        if not key:
+            raise ConfigError(f"--api-key-env {self.api_key_env}: the variable is unset or empty")
+        return key
+
+
+def load_configs(path: str | os.PathLike[str]) -> dict[str, RailsConfig]:
+    """config id -> config. A file or a folder with a ``config.yml`` is one config (its id is the
+    folder's or file's name); a folder without one serves each subfolder that has one, by name."""
+    root = Path(path)
+    if not root.exists():
+        raise ConfigError(f"--config {path}: no such file or folder")
+    if root.is_file():
+        return {root.stem: RailsConfig.from_path(root)}
+    if any((root / name).is_file() for name in CONFIG_FILES):
+        return {root.resolve().name: RailsConfig.from_path(root)}
+    configs = {
+        sub.name: RailsConfig.from_path(sub)
+        for sub in sorted(root.iterdir())
+        if sub.is_dir() and any((sub / name).is_file() for name in CONFIG_FILES)
+    }
+    if not configs:
+        raise ConfigError(
+            f"--config {path}: no config.yml in the folder nor in any subfolder (a folder of configs "
+            "holds one subfolder per config_id, each with its config.yml)"
+        )
+    return configs
+
+
+__all__ = ["SETTINGS_ENV", "ServeSettings", "load_configs"]

@@ -1,0 +1,108 @@
+"""The /metrics numbers of caches are read from ``get_stats()`` at scrape time: the same numbers as
+the stats line, however the cache was used."""
+
+from __future__ import annotations
+
+import asyncio
+
+from prometheus_client import generate_latest
+from prometheus_client.parser import text_string_to_metric_families
+
+from guardcache.cache import LFUCache
+from guardcache.checks.verdict import RailResult
+from guardcache.llm.records import ExplainInfo, LLMCallInfo
+from guardcache.rails.turn import CheckResult, TurnInfo
+from guardcache.server.metrics import ServerMetrics
+
+
+def scrape(metrics: ServerMetrics) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+    text = generate_latest(metrics.registry).decode()
+    return {
+        (s.name, tuple(sorted(s.labels.items()))): s.value
+        for family in text_string_to_metric_families(text)
+        for s in family.samples
+    }
+
+
+def test_cache_numbers_are_the_caches_own_at_scrape_time() -> None:
+    cache = LFUCache(2, track_stats=True)
+    metrics = ServerMetrics(lambda: {"c": {"content_safety": cache}})
+    labels = (("config", "c"), ("model", "content_safety"))
+    assert scrape(metrics)[("guardcache_cache_hits_total", labels)] == 0
+    cache.put(b"a", 1)
+    cache.get(b"a")
+    cache.get(b"b")
+    cache.put(b"b", 2)
+    cache.put(b"c", 3)  # evicts
+
+    async def coalesce() -> None:
+        gate = asyncio.Event()
+
+        async def compute() -> int:
+            await gate.wait()
+            return 4
+
+        waiters = [asyncio.create_task(cache.get_or_compute(b"d", compute)) for _ in range(3)]
+        await asyncio.sleep(0)
+        gate.set()
+        await asyncio.gather(*waiters)
+
+    asyncio.run(coalesce())
+    stats = cache.get_stats()
+    got = scrape(metrics)
+    for name in ("hits", "misses", "coalesced", "evictions", "puts", "updates"):
+        assert got[(f"guardcache_cache_{name}_total", labels)] == stats[name], name
+    assert got[("guardcache_cache_current_size", labels)] == stats["current_size"]
+    assert got[("guardcache_cache_maxsize", labels)] == 2
+    assert got[("guardcache_cache_hit_rate", labels)] == stats["hit_rate"]
+    assert stats["coalesced"] == 2
+
+
+def test_a_turn_is_counted_from_its_record() -> None:
+    metrics = ServerMetrics(dict)
+    explain = ExplainInfo()
+    explain.add(LLMCallInfo("check_in", 0.0001, 1, 1, 2, 0, True))
+    explain.add(LLMCallInfo("general", 0.2, 1, 1, 2, 0, False))
+    explain.add(LLMCallInfo("general", 0.1, 0, 0, 0, 0, False, cancelled=True))
+    turn = TurnInfo(
+        explain,
+        CheckResult(
+            (RailResult("in", True, from_cache=True),),
+            (RailResult("out", False, error="BackendTimeoutError: no answer"),),
+        ),
+    )
+    metrics.observe_turn("c", turn, mode="plain", outcome="blocked_output", seconds=0.3)
+    got = scrape(metrics)
+
+    def one(name: str, **labels: str) -> float:
+        return got[(name, tuple(sorted(labels.items())))]
+
+    assert (
+        one(
+            "guardcache_checks_total",
+            config="c",
+            rail="in",
+            direction="input",
+            verdict="allowed",
+            cached="true",
+        )
+        == 1
+    )
+    assert (
+        one(
+            "guardcache_checks_total",
+            config="c",
+            rail="out",
+            direction="output",
+            verdict="blocked",
+            cached="false",
+        )
+        == 1
+    )
+    assert one("guardcache_check_errors_total", config="c", rail="out", kind="BackendTimeoutError") == 1
+    assert one("guardcache_backend_errors_total", config="c", target="out", kind="BackendTimeoutError") == 1
+    assert (
+        one("guardcache_backend_call_seconds_count", config="c", task="general", source="backend") == 1
+    )  # not the cancelled one
+    assert one("guardcache_backend_call_seconds_count", config="c", task="check_in", source="cache") == 1
+    assert one("guardcache_turn_seconds_count", config="c", mode="plain", outcome="blocked_output") == 1
