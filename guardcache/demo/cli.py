@@ -49,8 +49,9 @@ def run(args: argparse.Namespace) -> int:
     n = counts(workload)
     print(
         f"guardcache demo: {len(workload)} turns ({n['unique']} never repeated; {n['unsafe']} unsafe, "
-        f"{n['off_topic']} off-topic, {n['jailbreak']} jailbreak attempts, {n['cut_reply']} with a reply "
-        f"cut into an unsafe word), concurrency {args.concurrency}, emulated NIM latency x{args.time_scale:g}"
+        f"{n['off_topic']} off-topic, {n['jailbreak']} jailbreak attempts, {n['cut_reply']} whose reply "
+        f"gets cut to an unsafe fragment), concurrency {args.concurrency}, "
+        f"emulated NIM latency x{args.time_scale:g}"
     )
     print(f"rails: {CONFIG_DIR / 'config.yml'} (+ prompts.yml), one emulated NIM per model")
     stats_log = logging.getLogger(STATS_LOGGER)

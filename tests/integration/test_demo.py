@@ -34,19 +34,19 @@ async def test_both_passes_report_per_model_stats_and_refusals_by_every_rail() -
     n = counts(workload)
     off, on = await run_demo(workload, concurrency=16, time_scale=0, log_interval=60, in_process=True)
 
+    input_blocked = n["unsafe"] + n["off_topic"] + n["jailbreak"]
     for result in (off, on):
         assert result.turns == len(workload) == len(result.latencies)
         assert result.failed_checks == 0
         for kind, rail in RAIL_OF_KIND.items():  # exactly one rail refuses each kind: no race
             assert result.refused[rail] == n[kind] > 0, (kind, result.refused)
         assert set(result.refused) == set(RAILS)
-        input_blocked = n["unsafe"] + n["off_topic"] + n["jailbreak"]
         assert result.calls["main"] == len(workload) - input_blocked
-    # Caching off: every turn asks every guard (an input check cancelled by another rail's block may
-    # not have reached its server); content safety also judges each reply.
+    # Caching off: every turn asks every guard (but a check cancelled by another input rail's block
+    # may not have reached its server); content safety also judges each reply.
     for guard in ("topic_control", "jailbreak_detection"):
-        assert len(workload) - 10 <= off.calls[guard] <= len(workload)
-    assert off.calls["content_safety"] >= off.calls["main"] + len(workload) - 10
+        assert len(workload) - input_blocked <= off.calls[guard] <= len(workload)
+    assert off.calls["content_safety"] >= off.calls["main"] + len(workload) - input_blocked
     assert off.hits == {} and off.hit_rate() is None and off.log_lines == []
 
     # Caching on: one backend call per distinct check at most, hits on every guard model.
