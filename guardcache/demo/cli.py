@@ -6,19 +6,21 @@ import argparse
 import asyncio
 import logging
 
-from guardcache.demo.report import render_table
-from guardcache.demo.runner import run_demo
-from guardcache.demo.workload import build_workload
+from guardcache.demo.report import render_log_lines, render_table
+from guardcache.demo.runner import CONFIG_DIR, STATS_LOGGER, run_demo
+from guardcache.demo.workload import build_workload, counts
 
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = sub.add_parser(
         "demo",
-        help="replay a chat workload through cached content-safety rails against emulated NIMs",
+        help="replay a chat workload through cached NemoGuard rails against emulated NIMs",
         description=(
-            "Starts two emulated NIMs (the main model and NemoGuard Content Safety, with "
-            "realistic latency), replays a built-in workload through LLMRails with input and output "
-            "rails, first with caching off and then on, and prints both side by side."
+            "Starts four emulated NIMs (the main model, NemoGuard Content Safety, Topic Control and "
+            "JailbreakDetect, with realistic latency), replays a built-in workload through LLMRails "
+            "with NeMo's nemoguards rails (content safety, topic control and jailbreak detection on "
+            "input, in parallel; content safety on output), first with caching off and then on, and "
+            "prints both side by side."
         ),
     )
     p.add_argument("--turns", type=int, default=3000, help="chat turns per pass (default 3000)")
@@ -43,24 +45,33 @@ def run(args: argparse.Namespace) -> int:
     logging.getLogger("httpx2").setLevel(logging.WARNING)
     logging.getLogger("uvicorn").setLevel(logging.WARNING)
     logging.getLogger("uvicorn.error").setLevel(logging.WARNING)
-    logging.getLogger("guardcache.cache.lfu").propagate = False  # the demo prints these lines itself
     workload = build_workload(args.turns, alpha=args.alpha, unique_share=args.unique, seed=args.seed)
-    unsafe = sum(t.unsafe for t in workload)
-    unique = sum(t.unique for t in workload)
+    n = counts(workload)
     print(
-        f"guardcache demo: {len(workload)} turns ({unique} never repeated, {unsafe} unsafe), "
-        f"concurrency {args.concurrency}, emulated NIM latency x{args.time_scale:g}"
+        f"guardcache demo: {len(workload)} turns ({n['unique']} never repeated; {n['unsafe']} unsafe, "
+        f"{n['off_topic']} off-topic, {n['jailbreak']} jailbreak attempts, {n['cut_reply']} whose reply "
+        f"gets cut to an unsafe fragment), concurrency {args.concurrency}, "
+        f"emulated NIM latency x{args.time_scale:g}"
     )
-    off, on = asyncio.run(
-        run_demo(
-            workload, concurrency=args.concurrency, time_scale=args.time_scale, log_interval=args.log_interval
+    print(f"rails: {CONFIG_DIR / 'config.yml'} (+ prompts.yml), one emulated NIM per model")
+    stats_log = logging.getLogger(STATS_LOGGER)
+    propagate, stats_log.propagate = stats_log.propagate, False  # the demo prints these lines itself
+    try:
+        off, on = asyncio.run(
+            run_demo(
+                workload,
+                concurrency=args.concurrency,
+                time_scale=args.time_scale,
+                log_interval=args.log_interval,
+                in_process=args.in_process,
+            )
         )
-    )
+    finally:
+        stats_log.propagate = propagate
     print()
     print(render_table(off, on))
-    print("\nCache stats log lines (caching on pass):")
-    for line in on.log_lines:
-        print(f"  {line}")
+    print("\nCache stats log lines (caching on pass), by model:")
+    print(render_log_lines(on))
     return 0
 
 

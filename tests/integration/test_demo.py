@@ -1,0 +1,131 @@
+"""``guardcache demo`` end to end, short and at time_scale 0: the nemoguards rails against four
+emulated NIMs, per-model backend calls and cache stats, and refusals by every rail."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import re
+
+import pytest
+
+from guardcache.demo import cli
+from guardcache.demo.report import render_log_lines, render_table
+from guardcache.demo.runner import ENDPOINTS, GUARDS, RAILS, capture_stats_lines, run_demo
+from guardcache.demo.workload import build_workload, counts
+
+pytestmark = pytest.mark.integration
+
+STATS_LINE = re.compile(
+    r"LFU Cache Statistics - Size: \d+/10000 \| Hits: \d+ \| Misses: \d+ \| Hit Rate: \d+\.\d\d% \| "
+    r"Evictions: 0 \| Puts: \d+ \| Updates: 0"
+)
+# The rail that refuses each kind of turn (see guardcache.demo.workload).
+RAIL_OF_KIND = {
+    "unsafe": "content_safety",
+    "off_topic": "topic_control",
+    "jailbreak": "jailbreak_detection",
+    "cut_reply": "output",
+}
+
+
+async def test_both_passes_report_per_model_stats_and_refusals_by_every_rail() -> None:
+    workload = build_workload(200, seed=3)
+    n = counts(workload)
+    off, on = await run_demo(workload, concurrency=16, time_scale=0, log_interval=60, in_process=True)
+
+    input_blocked = n["unsafe"] + n["off_topic"] + n["jailbreak"]
+    for result in (off, on):
+        assert result.turns == len(workload) == len(result.latencies)
+        assert result.failed_checks == 0
+        for kind, rail in RAIL_OF_KIND.items():  # exactly one rail refuses each kind: no race
+            assert result.refused[rail] == n[kind] > 0, (kind, result.refused)
+        assert set(result.refused) == set(RAILS)
+        assert result.calls["main"] == len(workload) - input_blocked
+    # Caching off: every turn asks every guard (but a check cancelled by another input rail's block
+    # may not have reached its server); content safety also judges each reply.
+    for guard in ("topic_control", "jailbreak_detection"):
+        assert len(workload) - input_blocked <= off.calls[guard] <= len(workload)
+    assert off.calls["content_safety"] >= off.calls["main"] + len(workload) - input_blocked
+    assert off.hits == {} and off.hit_rate() is None and off.log_lines == []
+
+    # Caching on: one backend call per distinct check at most, hits on every guard model.
+    distinct = len({" ".join(t.text.split()) for t in workload})
+    for guard in GUARDS:
+        assert on.calls[guard] < off.calls[guard]
+        assert on.calls[guard] <= on.misses[guard]  # joiners of an in-flight check count as hits
+        assert on.hits[guard] + on.misses[guard] >= distinct
+        rate = on.hit_rate(guard)
+        assert rate is not None and rate > 0.25
+    assert on.guard_calls < 0.7 * off.guard_calls
+    assert sum(on.prompt_tokens.values()) < sum(off.prompt_tokens.values())
+    assert sum(off.cached_prompt_tokens.values()) > 0  # KV reuse of the guard prompts' prefix
+
+    # The stats lines: at least the final one per guard model, each in the exact format.
+    assert {model for model, _ in on.log_lines} == set(GUARDS)
+    for _, line in on.log_lines:
+        assert STATS_LINE.fullmatch(line), line
+    finals = {model: line for model, line in on.log_lines}  # the last line of each model
+    for guard in GUARDS:
+        assert f"Hits: {on.hits[guard]} | Misses: {on.misses[guard]} |" in finals[guard]
+
+    table = render_table(off, on)
+    for label in (
+        "guard backend calls",
+        "content safety",
+        "topic control",
+        "jailbreak detection",
+        "total",
+        "cache hit rate",
+        "turn latency p99",
+        "wall time",
+        "KV-cache reused",
+        "content safety (output)",
+    ):
+        assert label in table
+    assert "checks without a verdict" not in table
+    logged = render_log_lines(on).splitlines()
+    assert len(logged) == len(on.log_lines)
+    assert all(
+        re.match(r"  (content safety|topic control|jailbreak detection): +LFU Cache", x) for x in logged
+    )
+
+
+def test_stats_lines_name_the_cache_that_logged() -> None:
+    from guardcache.cache import LFUCache
+
+    a, b = LFUCache(10, track_stats=True), LFUCache(10, track_stats=True)
+    a.put("k", 1)
+    with capture_stats_lines({"content_safety": a, "topic_control": b}) as handler:
+        b.log_stats_now()
+        a.log_stats_now()
+        logging.getLogger("guardcache.cache.lfu").info("LFU Cache Statistics - from somewhere else")
+    assert [model for model, _ in handler.lines] == ["topic_control", "content_safety", "?"]
+    assert handler.lines[1][1].startswith("LFU Cache Statistics - Size: 1/10 |")
+
+
+def test_the_cli_prints_the_table_and_each_models_stats_lines(capsys: pytest.CaptureFixture[str]) -> None:
+    args = argparse.Namespace(
+        turns=60,
+        concurrency=8,
+        alpha=0.99,
+        unique=0.25,
+        time_scale=0.0,
+        log_interval=60.0,
+        seed=0,
+        in_process=True,
+    )
+    propagate = logging.getLogger("guardcache.cache.lfu").propagate
+    assert cli.run(args) == 0
+    assert logging.getLogger("guardcache.cache.lfu").propagate == propagate  # restored
+    out = capsys.readouterr().out
+    header = out.splitlines()[0]
+    n = counts(build_workload(60, seed=0))
+    assert header.startswith(
+        f"guardcache demo: 60 turns ({n['unique']} never repeated; {n['unsafe']} unsafe, "
+    )
+    assert f"{n['off_topic']} off-topic, {n['jailbreak']} jailbreak attempts" in header
+    assert "refused turns" in out and "caching on" in out
+    for label in ("content safety:", "topic control:", "jailbreak detection:"):
+        assert re.search(rf"^  {label} +LFU Cache Statistics - Size: ", out, re.MULTILINE), label
+    assert len(ENDPOINTS) == 4
