@@ -13,7 +13,7 @@ backend call). Three levels are timed one call at a time, warm:
 Types: content safety input/output (NemoGuard), topic control (with a two-message history, keyed),
 jailbreak detection (the classifier NIM), self check input/output (their own model type), Llama Guard
 input/output (the content-safety flows with an ``is_content_safe`` prompt). The ratio column is each
-type's p50 over content safety input's, as the median of the per-round ratios.
+type's p50 over content safety input's.
 
 Part 2, a nemoguards turn. ``examples/nemoguards`` as shipped (content safety, topic control and
 jailbreak detection as parallel input rails, content safety on the output), a LangChain fake chat model
@@ -28,13 +28,17 @@ Main models: ``EchoChatModel`` (benchmarks/e2e_support.py: a ``BaseChatModel`` w
 ``_agenerate``, the cheapest a LangChain model gets; it carries target 1a) and langchain-core's
 ``FakeListChatModel`` (no native async: each call hops to a thread pool; shown).
 
-Rounds rotate the order of what they time, so none always runs first or last; each figure is the
-median over rounds (p50 of the rounds' p50s; the median round's turns/s), ratios are the median of
-per-round ratios. A CPU speed probe is printed at the start and the end: absolute figures move with
-the machine (x2 on a shared VM), ratios far less.
+Noise (2 cores shared with other work). Parts 1 and 2a interleave what they time in short blocks
+(100 calls of a check level, 20 of a turn piece; the order rotates from cycle to cycle), so a burst
+of load hits all items alike; p50/p99 are wall clock over all of an item's calls, ratios the median of
+the per-block ratios, and "cpu" is this process's CPU time per call (time another process held the
+core is not in it: the cost on a core of its own). Part 2b rotates the variants from round to round
+and shows the median round, in turns per wall second and in CPU microseconds per turn. The speed
+probe (machine.py) is printed at the start and the end, and timed among the blocks of parts 1 and 2a.
 
 Targets (PASS/FAIL):
-  1a. a nemoguards turn at 100% hits: >= 1,500 turns/s per process, at each concurrency;
+  1a. a nemoguards turn at 100% hits: >= 1,500 turns/s per process, at each concurrency; judged on
+      the wall clock, and apart on CPU time (turns per CPU-second: the process with a core to itself);
   1b. each check type's cached cost (check.run) < 20 us p50;
   2.  the cached check end to end (check_async, one rail) < 20 us p50, for each check type.
 
@@ -61,42 +65,46 @@ import os
 import pstats
 import statistics
 import time
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from bench_e2e import OtherLoad
 from checks_support import (
     CHECK_TYPES,
+    PROBE,
     CheckType,
     Conversation,
     Dist,
+    Probe,
+    Run,
     all_models_config,
     bounded_gather,
     drive,
+    interleaved,
     median_ratio,
     nemoguards_config,
     no_rails_config,
+    probe_call,
     rotated,
     safe_texts,
-    samples_ns,
 )
 from e2e_support import EchoChatModel, table
 from langchain_core.language_models.fake_chat_models import FakeListChatModel
 from langchain_core.messages import AIMessage, HumanMessage
-from machine import describe_speed, speed_probe_us
+from machine import describe_speed
 
 import guardcache
 from guardcache import LLMRails
 from guardcache.emulator import EmulatorServer, emulated
-from guardcache.llm.stats import request_scope
 from guardcache.rails import REFUSAL
 
 TARGET_CHECK_US = 20.0
 TARGET_TURNS_PER_S = 1500.0
-REFERENCE_PROBE_US = 10.0  # machine.py: ~7-10 us on a fast desktop core
 REPLY = "Happy to help with that."
 LEVELS = ("check.run", "Rail.run", "check_async")
+CHECK_BLOCK = 100  # part 1: calls of one (type, level) before the next one's
+TURN_BLOCK = 20  # part 2a: calls of one piece before the next one's
 
 
 def say(text: str = "") -> None:
@@ -112,14 +120,11 @@ def backend_calls(servers: dict[str, EmulatorServer]) -> int:
 
 @dataclass
 class CheckRow:
-    """One check type's timings per level, and its per-round p50s for the paired ratios."""
+    """One check type's timings per level, and their ratios to content safety input's."""
 
     kind: CheckType
     dists: dict[str, Dist] = field(default_factory=dict)
-    ratios: dict[str, float] = field(default_factory=dict)  # level -> median per-round ratio to CS in
-
-
-Probe = Callable[[int], Awaitable[Any]]
+    ratios: dict[str, float] = field(default_factory=dict)  # level -> median per-block ratio to CS in
 
 
 def probes(kind: CheckType, rails: LLMRails, convs: Sequence[Conversation]) -> dict[str, Probe]:
@@ -154,54 +159,57 @@ async def check_costs(
     urls: dict[str, str],
     servers: dict[str, EmulatorServer],
     convs: Sequence[Conversation],
-    n: int,
-    rounds: int,
-) -> tuple[list[CheckRow], Dist, int]:
-    """Every (type, level) timed in ``rounds`` rotated rounds of ``n`` warm calls (after a warm-up).
+    calls: int,
+) -> tuple[list[CheckRow], dict[str, Dist], int]:
+    """Every (type, level) timed ``calls`` times, interleaved in blocks of :data:`CHECK_BLOCK`.
 
-    Returns the rows, the timer + empty-await baseline, and the backend calls made while timing."""
+    Returns the rows, the reference items (an empty await, the speed probe) and the backend calls
+    made while timing."""
     rows = [CheckRow(kind) for kind in CHECK_TYPES]
     all_rails: list[LLMRails] = []
-    items: list[tuple[str, str, Probe]] = [("baseline", "", lambda i: empty())]
+    items: list[tuple[tuple[str, str], Probe]] = [
+        ((EMPTY_AWAIT, ""), lambda i: empty()),
+        ((PROBE, ""), probe_call),
+    ]
     for row in rows:
         rails = LLMRails(row.kind.config(urls))
         all_rails.append(rails)
         await warm_checks(rails, row.kind, convs)
-        items += [(row.kind.name, level, fn) for level, fn in probes(row.kind, rails, convs).items()]
+        items += [((row.kind.name, level), fn) for level, fn in probes(row.kind, rails, convs).items()]
     before = backend_calls(servers)
-    raw: dict[tuple[str, str], list[list[int]]] = {(name, level): [] for name, level, _ in items}
-    for r in range(rounds):
-        for name, level, fn in rotated(items, r * 5):
-            with request_scope():  # as in a turn: the checks record into the request's stats
-                await samples_ns(fn, min(n, 500))  # warm-up
-            with request_scope():
-                raw[name, level].append(await samples_ns(fn, n))
+    dists = await interleaved(items, calls, CHECK_BLOCK, warmup=min(calls, 500))
     leaked = backend_calls(servers) - before
     for row in rows:
-        for level in LEVELS:
-            row.dists[level] = Dist.of(raw[row.kind.name, level])
-    base = {level: rows[0].dists[level].rounds_p50 for level in LEVELS}
+        row.dists = {level: dists[row.kind.name, level] for level in LEVELS}
+    base = rows[0].dists
     for row in rows:
-        row.ratios = {level: median_ratio(row.dists[level].rounds_p50, base[level]) for level in LEVELS}
+        row.ratios = {
+            level: median_ratio(row.dists[level].blocks_p50, base[level].blocks_p50) for level in LEVELS
+        }
     for rails in all_rails:
         await rails.aclose()
-    return rows, Dist.of(raw["baseline", ""]), leaked
+    return rows, {EMPTY_AWAIT: dists[EMPTY_AWAIT, ""], PROBE: dists[PROBE, ""]}, leaked
 
 
-def cost_table(rows: Sequence[CheckRow], baseline: Dist) -> str:
+EMPTY_AWAIT = "timer + await of an empty coroutine"
+
+
+def cost_table(rows: Sequence[CheckRow], refs: dict[str, Dist]) -> str:
     out: list[list[object]] = []
     for row in rows:
         d, kind = row.dists, row.kind
         name = kind.name + ("" if kind.required else " (extra)")
         cells: list[object] = [name, kind.model]
         for level in LEVELS:
-            cells += [f"{d[level].p50:.1f}", f"{d[level].p99:.1f}", f"x{row.ratios[level]:.2f}"]
+            cells += [f"{d[level].p50:.1f}", f"{d[level].p99:.1f}", f"{d[level].cpu:.1f}"]
+            cells.append(f"x{row.ratios[level]:.2f}")
         out.append(cells)
-    out.append(["timer + await of an empty coroutine", "", f"{baseline.p50:.1f}", f"{baseline.p99:.1f}"])
-    out[-1] += [""] * 7
+    for name, ref in refs.items():
+        cells = [f"{ref.p50:.1f}", f"{ref.p99:.1f}", f"{ref.cpu:.1f}"]
+        out.append([f"{name} (same blocks)", "", *cells, *[""] * 9])
     headers = ["check type (cached)", "model type"]
     for level in LEVELS:
-        headers += [f"{level} p50", "p99", "/ CS in"]
+        headers += [f"{level} p50", "p99", "cpu", "/ CS in"]
     return table(headers, out)
 
 
@@ -212,18 +220,29 @@ VARIANTS = ("main alone", "no rails", "nemoguards, sequential input", "nemoguard
 
 @dataclass
 class TurnRow:
+    """One main model at one concurrency: every variant's runs, one per round."""
+
     model: str
     concurrency: int
     turns: int
-    rates: dict[str, list[float]]  # variant -> turns/s per round
+    runs: dict[str, list[Run]]  # variant -> its run in each round
 
-    def median(self, variant: str) -> float:
-        return statistics.median(self.rates[variant])
+    def rate(self, variant: str) -> float:
+        """Median turns per wall second."""
+        return statistics.median(r.rate for r in self.runs[variant])
 
-    def added_us(self, variant: str, over: str) -> float:
-        """Median over rounds of the per-turn microseconds ``variant`` adds over ``over``."""
-        pairs = zip(self.rates[variant], self.rates[over], strict=True)
-        return statistics.median((1 / a - 1 / b) * 1e6 for a, b in pairs)
+    def cpu_us(self, variant: str) -> float:
+        """Median CPU microseconds per turn."""
+        return statistics.median(r.cpu_us for r in self.runs[variant])
+
+    def per_cpu_second(self, variant: str) -> float:
+        """Turns per CPU-second: the turns/s of this process with a core to itself."""
+        return 1e6 / self.cpu_us(variant)
+
+    def cpu_added(self, variant: str, over: str) -> float:
+        """Median over rounds of the CPU microseconds per turn ``variant`` adds over ``over``."""
+        pairs = zip(self.runs[variant], self.runs[over], strict=True)
+        return statistics.median(a.cpu_us - b.cpu_us for a, b in pairs)
 
 
 MAIN_MODELS: dict[str, Callable[[], Any]] = {
@@ -287,31 +306,32 @@ async def warm_turns(setup: TurnSetup, convs: Sequence[Conversation]) -> None:
         "generate_async, no rails": setup.fns["no rails"],
         "generate_async, nemoguards sequential input": setup.fns["nemoguards, sequential input"],
         "generate_async, nemoguards": setup.fns["nemoguards"],
+        PROBE: probe_call,
     }
 
 
-async def turn_pieces(setup: TurnSetup, n: int, rounds: int) -> dict[str, Dist]:
-    """Each piece of a warm nemoguards turn timed one call at a time, in rotated rounds."""
-    items = list(setup.pieces.items())
-    raw: dict[str, list[list[int]]] = {name: [] for name, _ in items}
-    for r in range(rounds):
-        for name, fn in rotated(items, r):
-            with request_scope():
-                await samples_ns(fn, max(50, n // 5))  # warm-up
-            with request_scope():
-                raw[name].append(await samples_ns(fn, n))
-    return {name: Dist.of(samples) for name, samples in raw.items()}
+async def turn_pieces(setup: TurnSetup, calls: int) -> dict[str, Dist]:
+    """Each piece of a warm nemoguards turn timed ``calls`` times one call at a time, interleaved in
+    blocks of :data:`TURN_BLOCK`."""
+    return await interleaved(list(setup.pieces.items()), calls, TURN_BLOCK, warmup=max(50, calls // 5))
 
 
 def pieces_table(dists: dict[str, Dist]) -> str:
-    turn = dists["generate_async, nemoguards"].p50
+    turn = dists["generate_async, nemoguards"]
     rows: list[list[object]] = [
-        [name, f"{d.p50:.1f}", f"{d.p99:.1f}", f"{d.p50 / turn:.0%}"] for name, d in dists.items()
+        [name, f"{d.p50:.1f}", f"{d.p99:.1f}", f"{d.cpu:.1f}", f"{d.cpu / turn.cpu:.0%}"]
+        for name, d in dists.items()
+        if name != PROBE
     ]
     parts = ("main model alone", "3 input rails, parallel", "1 output rail")
-    known = sum(d.p50 for name, d in dists.items() if name.startswith(parts))
-    rows.append(["rest of generate_async (turn - the three above)", f"{turn - known:.1f}", "", ""])
-    return table(["piece of a warm nemoguards turn (concurrency 1)", "p50 us", "p99 us", "of turn"], rows)
+    wall = turn.p50 - sum(d.p50 for name, d in dists.items() if name.startswith(parts))
+    cpu = turn.cpu - sum(d.cpu for name, d in dists.items() if name.startswith(parts))
+    rest = "rest of generate_async (turn - the three above)"
+    rows.append([rest, f"{wall:.1f}", "", f"{cpu:.1f}", f"{cpu / turn.cpu:.0%}"])
+    probe = dists[PROBE]
+    rows.append([f"{PROBE} (same blocks)", f"{probe.p50:.1f}", f"{probe.p99:.1f}", f"{probe.cpu:.1f}", ""])
+    headers = ["piece of a warm nemoguards turn (concurrency 1)", "p50 us", "p99 us", "cpu us"]
+    return table([*headers, "of turn (cpu)"], rows)
 
 
 async def turn_rates(
@@ -326,39 +346,49 @@ async def turn_rates(
     before = backend_calls(servers)
     rows: list[TurnRow] = []
     for c in concurrencies:
-        rates: dict[str, list[float]] = {v: [] for v in VARIANTS}
+        runs: dict[str, list[Run]] = {v: [] for v in VARIANTS}
         for v in VARIANTS:
             await drive(fns[v], max(c, min(turns // 4, 300)), c)  # warm-up
         for r in range(rounds):
             for v in rotated(VARIANTS, r):
-                rates[v].append(turns / await drive(fns[v], turns, c))
-        rows.append(TurnRow(setup.model, c, turns, rates))
+                runs[v].append(await drive(fns[v], turns, c))
+        rows.append(TurnRow(setup.model, c, turns, runs))
     return rows, backend_calls(servers) - before
 
 
-def turns_table(rows: Sequence[TurnRow], checks_sum_us: float) -> str:
+def turns_table(rows: Sequence[TurnRow]) -> str:
     out: list[list[object]] = []
     for r in rows:
-        ok = r.median("nemoguards") >= TARGET_TURNS_PER_S
+        ok = r.rate("nemoguards") >= TARGET_TURNS_PER_S
+        ratio = median_ratio([x.rate for x in r.runs["nemoguards"]], [x.rate for x in r.runs["no rails"]])
+        rates = [f"{r.rate(v):,.0f}" for v in VARIANTS]
+        out.append([r.model, r.concurrency, r.turns, *rates, f"x{ratio:.2f}", "PASS" if ok else "FAIL"])
+    headers = ["main model", "conc", "turns", "main alone/s", "no rails/s", "seq. input/s", "nemoguards/s"]
+    return table([*headers, "ng / no rails", f">= {TARGET_TURNS_PER_S:,.0f}/s"], out)
+
+
+def cpu_table(rows: Sequence[TurnRow], checks_cpu_us: float) -> str:
+    out: list[list[object]] = []
+    for r in rows:
+        ok = r.per_cpu_second("nemoguards") >= TARGET_TURNS_PER_S
         out.append(
             [
                 r.model,
                 r.concurrency,
-                r.turns,
-                *(f"{r.median(v):,.0f}" for v in VARIANTS),
-                f"{r.added_us('nemoguards', 'main alone'):.0f}",
-                f"{r.added_us('nemoguards, sequential input', 'no rails'):.0f}",
-                f"{r.added_us('nemoguards', 'nemoguards, sequential input'):+.0f}",
-                f"x{median_ratio(r.rates['nemoguards'], r.rates['no rails']):.2f}",
+                *(f"{r.cpu_us(v):.0f}" for v in VARIANTS),
+                f"{r.cpu_added('nemoguards', 'no rails'):.0f}",
+                f"{r.cpu_added('nemoguards, sequential input', 'no rails'):.0f}",
+                f"{r.cpu_added('nemoguards', 'nemoguards, sequential input'):+.0f}",
+                f"{r.per_cpu_second('nemoguards'):,.0f}",
                 "PASS" if ok else "FAIL",
             ]
         )
-    headers = ["main model", "conc", "turns", "main alone/s", "no rails/s", "seq. input/s"]
-    headers += ["nemoguards/s", "us/turn added", "4 checks seq.", "parallel vs seq.", "ng/no rails"]
-    return table([*headers, f">= {TARGET_TURNS_PER_S:,.0f}/s"], out) + (
-        f"\n  us/turn added = 1/nemoguards - 1/main alone; 4 checks seq. = 1/sequential - 1/no rails "
-        f"(the four Rail.run p50s of part 1 sum to {checks_sum_us:.0f} us); parallel vs seq. = "
-        "1/nemoguards - 1/sequential (three tasks and as_completed instead of three awaits)"
+    headers = ["main model", "conc", "main alone", "no rails", "seq. input", "nemoguards"]
+    headers += ["rails add", "rails add (seq.)", "parallel vs seq.", "ng turns/cpu-s"]
+    return table([*headers, f">= {TARGET_TURNS_PER_S:,.0f}"], out) + (
+        "\n  CPU us per turn (this process, all threads); rails add = nemoguards - no rails (the four "
+        f"Rail.run cpu figures of part 1 sum to {checks_cpu_us:.0f} us); parallel vs seq. = nemoguards - "
+        "sequential input (three tasks and as_completed instead of three awaits)"
     )
 
 
@@ -408,7 +438,6 @@ async def run(args: argparse.Namespace) -> int:
         f"load average {load}; {describe_speed()})"
     )
     say(f"guardcache from {Path(guardcache.__file__).parent}")
-    probes_us = [speed_probe_us()]
     async with emulated(all_models_config(), time_scale=0) as (_, servers):
         urls = {t: s.base_url for t, s in servers.items()}
         convs = await conversations(urls, args.conversations)
@@ -418,35 +447,33 @@ async def run(args: argparse.Namespace) -> int:
         )
         say()
         say(
-            f"Part 1: one cached check per type, one call at a time ({args.calls} calls per level and "
-            f"round, {args.rounds} rotated rounds; us, median over rounds)"
+            f"Part 1: one cached check per type, one call at a time ({args.calls} calls per type and "
+            f"level, interleaved in blocks of {CHECK_BLOCK}; us)"
         )
         with OtherLoad() as load1:
-            rows, baseline, leaked1 = await check_costs(urls, servers, convs, args.calls, args.rounds)
-        say(cost_table(rows, baseline))
+            rows, refs, leaked1 = await check_costs(urls, servers, convs, args.calls)
+        say(cost_table(rows, refs))
         say(f"  backend calls while timing: {leaked1} (must be 0: every check a hit); {load1.describe()}")
-        probes_us.append(speed_probe_us())
-        say(f"  speed probe now {probes_us[-1]:.1f} us")
 
-        ng_sum = sum(r.dists["Rail.run"].p50 for r in rows if r.kind.nemoguards)
+        ng_cpu = sum(r.dists["Rail.run"].cpu for r in rows if r.kind.nemoguards)
         setups = [turn_setup(model, urls, convs) for model in args.main]
         for setup in setups:
             await warm_turns(setup, convs)
         say()
         say(
             f"Part 2a: where a warm nemoguards turn's time goes ({args.main[0]} main model; "
-            f"{args.turn_calls} calls per piece and round, {args.rounds} rotated rounds; us, median)"
+            f"{args.turn_calls} calls per piece, interleaved in blocks of {TURN_BLOCK}; us)"
         )
         before = backend_calls(servers)
         with OtherLoad() as load2a:
-            pieces = await turn_pieces(setups[0], args.turn_calls, args.rounds)
+            pieces = await turn_pieces(setups[0], args.turn_calls)
         leaked2 = backend_calls(servers) - before
         say(pieces_table(pieces))
         say(f"  backend calls while timing: {leaked2} (must be 0); {load2a.describe()}")
         say()
         say(
             f"Part 2b: nemoguards turns/s at 100% hits, one process ({args.turns} turns per run, "
-            f"{args.turn_rounds} rotated rounds; median turns/s)"
+            f"{args.turn_rounds} rotated rounds; the median round)"
         )
         turn_rows: list[TurnRow] = []
         with OtherLoad() as load2:
@@ -454,67 +481,64 @@ async def run(args: argparse.Namespace) -> int:
                 got, leaked = await turn_rates(setup, servers, args.concurrency, args.turns, args.turn_rounds)
                 turn_rows += got
                 leaked2 += leaked
-        say(turns_table(turn_rows, ng_sum))
+        say(turns_table(turn_rows))
+        say()
+        say(cpu_table(turn_rows, ng_cpu))
         say(f"  backend calls while timing: {leaked2} (must be 0); {load2.describe()}")
-        probes_us.append(speed_probe_us())
-        say(f"  speed probe now {probes_us[-1]:.1f} us")
 
         if args.profile:
             say()
             say(f"cProfile: warm nemoguards turns at concurrency 32 ({args.main[0]}, {args.turns} turns)")
             say(await profile_turns(urls, convs, args.main[0], args.turns, args.profile_top))
 
-    return summary(rows, turn_rows, leaked1 + leaked2, time.monotonic() - started, probes_us)
+    return summary(rows, turn_rows, leaked1 + leaked2, time.monotonic() - started)
 
 
-def summary(
-    rows: Sequence[CheckRow],
-    turn_rows: Sequence[TurnRow],
-    leaked: int,
-    elapsed: float,
-    probes_us: Sequence[float],
-) -> int:
+def summary(rows: Sequence[CheckRow], turn_rows: Sequence[TurnRow], leaked: int, elapsed: float) -> int:
+    """The targets, PASS/FAIL on the measured figures (target 1a also on CPU time)."""
     load = ", ".join(f"{x:.2f}" for x in os.getloadavg())
-    probe = statistics.median(probes_us)
-    scale = probe / REFERENCE_PROBE_US
     say()
-    say(
-        f"Summary ({elapsed:.0f} s; load average now {load}; speed probes "
-        f"{' / '.join(f'{p:.1f}' for p in probes_us)} us, median {probe:.1f}: the targets are CPU bound; "
-        f"'at {REFERENCE_PROBE_US:g} us' rescales by the probe, an estimate for an unloaded core)"
-    )
+    say(f"Summary ({elapsed:.0f} s; load average now {load}; {describe_speed()}: the targets are CPU bound)")
     verdicts: list[bool] = []
     primary = [r for r in turn_rows if r.model == turn_rows[0].model] if turn_rows else []
-    ok = bool(primary) and leaked == 0 and all(r.median("nemoguards") >= TARGET_TURNS_PER_S for r in primary)
-    verdicts.append(ok)
-    say(f"  1a. nemoguards turn >= {TARGET_TURNS_PER_S:,.0f} turns/s per process: {'PASS' if ok else 'FAIL'}")
-    for model in dict.fromkeys(r.model for r in turn_rows):
-        per_c = ", ".join(
-            f"c={r.concurrency}: {r.median('nemoguards'):,.0f}/s (at {REFERENCE_PROBE_US:g} us "
-            f"~{r.median('nemoguards') * scale:,.0f})"
-            for r in turn_rows
-            if r.model == model
+    for how, value in (
+        ("wall clock", TurnRow.rate),
+        ("per CPU-second, a core to itself", TurnRow.per_cpu_second),
+    ):
+        ok = (
+            bool(primary)
+            and leaked == 0
+            and all(value(r, "nemoguards") >= TARGET_TURNS_PER_S for r in primary)
         )
-        tag = " (the verdict)" if model == turn_rows[0].model else " (shown)"
-        say(f"      {model}{tag}: [{per_c}]")
-    for number, level, what in (("1b", "check.run", "check type's cached cost"), ("2.", "check_async", "")):
+        verdicts.append(ok)
+        say(
+            f"  1a. nemoguards turn >= {TARGET_TURNS_PER_S:,.0f} turns/s per process ({how}): "
+            f"{'PASS' if ok else 'FAIL'}"
+        )
+        for model in dict.fromkeys(r.model for r in turn_rows):
+            per_c = ", ".join(
+                f"c={r.concurrency}: {value(r, 'nemoguards'):,.0f}/s" for r in turn_rows if r.model == model
+            )
+            tag = "the verdict" if model == turn_rows[0].model else "shown"
+            say(f"      {model} ({tag}): [{per_c}]")
+    for number, level, label in (
+        ("1b", "check.run", "each check type's cached cost"),
+        ("2.", "check_async", "each cached check end to end (one rail)"),
+    ):
         worst = max(rows, key=lambda r: r.dists[level].p50)
         ok = leaked == 0 and worst.dists[level].p50 < TARGET_CHECK_US
         verdicts.append(ok)
-        cs = rows[0].dists[level]
-        label = what or "cached check end to end (one rail)"
+        cs, w = rows[0].dists[level], worst.dists[level]
         say(
-            f"  {number}  each {label} < {TARGET_CHECK_US:g} us p50 ({level}): {'PASS' if ok else 'FAIL'}  "
-            f"[content safety input {cs.p50:.1f} us (p99 {cs.p99:.1f}); slowest {worst.kind.name} "
-            f"{worst.dists[level].p50:.1f} us, x{worst.ratios[level]:.2f}; at {REFERENCE_PROBE_US:g} us "
-            f"~{cs.p50 / scale:.1f} / ~{worst.dists[level].p50 / scale:.1f} us]"
+            f"  {number}  {label} < {TARGET_CHECK_US:g} us p50 ({level}): {'PASS' if ok else 'FAIL'}  "
+            f"[content safety input p50 {cs.p50:.1f} us, p99 {cs.p99:.1f}, cpu {cs.cpu:.1f}; slowest "
+            f"{worst.kind.name} p50 {w.p50:.1f} us (x{worst.ratios[level]:.2f}), cpu {w.cpu:.1f}]"
         )
     return 0 if all(verdicts) else 1
 
 
 QUICK_DEFAULTS: dict[str, object] = {
     "calls": 1000,
-    "rounds": 2,
     "turn_calls": 200,
     "turns": 300,
     "turn_rounds": 1,
@@ -526,11 +550,10 @@ QUICK_DEFAULTS: dict[str, object] = {
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--quick", action="store_true", help="a ~25 s smoke run")
-    p.add_argument("--calls", type=int, default=4000, help="timed calls per check level and round")
-    p.add_argument("--rounds", type=int, default=5, help="rotated rounds of parts 1 and 2a")
+    p.add_argument("--calls", type=int, default=4000, help="timed calls per check type and level (1)")
     p.add_argument("--conversations", type=int, default=64, help="distinct conversations, cycled")
     p.add_argument("--concurrency", type=int, nargs="+", default=[1, 32, 256])
-    p.add_argument("--turn-calls", type=int, default=600, help="timed calls per piece and round (2a)")
+    p.add_argument("--turn-calls", type=int, default=600, help="timed calls per piece of a turn (2a)")
     p.add_argument("--turns", type=int, default=1000, help="turns per timed run (part 2b)")
     p.add_argument("--turn-rounds", type=int, default=5, help="rotated rounds of part 2b")
     p.add_argument(

@@ -20,6 +20,7 @@ from e2e_support import pct
 
 from guardcache import RailsConfig
 from guardcache.demo.workload import message_pool
+from guardcache.llm.stats import request_scope
 
 ROOT = Path(__file__).resolve().parents[1]
 NEMOGUARDS = ROOT / "examples" / "nemoguards"
@@ -211,35 +212,90 @@ def safe_texts() -> list[str]:
 # -- timing ------------------------------------------------------------------------------------------
 
 
-async def samples_ns(fn: Callable[[int], Awaitable[Any]], n: int) -> list[int]:
-    """``n`` one-call timings of ``await fn(i)`` with ``perf_counter_ns`` (timer overhead included)."""
+Probe = Callable[[int], Awaitable[Any]]  # one timed call; ``i`` picks the conversation
+
+
+async def samples_ns(fn: Probe, n: int, start: int = 0) -> list[int]:
+    """``n`` one-call timings of ``await fn(start + i)`` with ``perf_counter_ns`` (timer included)."""
     out = [0] * n
     clock = time.perf_counter_ns
     for i in range(n):
         t0 = clock()
-        await fn(i)
+        await fn(start + i)
         out[i] = clock() - t0
     return out
 
 
 @dataclass(frozen=True, slots=True)
 class Dist:
-    """One measurement over rounds: the median of the rounds' p50 and p99 (us), the best p50."""
+    """One item's timings (us): wall-clock p50 and p99 of all its calls, the process CPU time per call
+    (mean over its blocks: time other processes held the core is not in it), and each block's p50
+    (paired with another item's for ratios)."""
 
     p50: float
     p99: float
-    best_p50: float
-    rounds_p50: tuple[float, ...]
+    cpu: float
+    blocks_p50: tuple[float, ...]
 
     @classmethod
-    def of(cls, rounds: Sequence[Sequence[int]]) -> Dist:
-        p50s = [pct(r, 0.50) / 1000 for r in rounds]
-        p99s = [pct(r, 0.99) / 1000 for r in rounds]
-        return cls(statistics.median(p50s), statistics.median(p99s), min(p50s), tuple(p50s))
+    def of(cls, blocks: Sequence[Sequence[int]], cpu_ns: int) -> Dist:
+        pooled = [s for block in blocks for s in block]
+        p50s = tuple(pct(b, 0.50) / 1000 for b in blocks)
+        return cls(pct(pooled, 0.50) / 1000, pct(pooled, 0.99) / 1000, cpu_ns / len(pooled) / 1000, p50s)
 
 
-async def drive(fn: Callable[[int], Awaitable[Any]], count: int, concurrency: int) -> float:
-    """``count`` calls of ``fn(i)`` from ``concurrency`` workers; returns the wall time (s)."""
+PROBE = "speed probe: sum(range(1000))"
+
+
+async def probe_call(i: int) -> int:
+    """machine.py's speed probe as a timed item: among the blocks of a measurement it shows the
+    machine's speed under the same load."""
+    return sum(range(1000))
+
+
+async def interleaved(
+    items: Sequence[tuple[Any, Probe]], calls: int, block: int, warmup: int
+) -> dict[Any, Dist]:
+    """Time each item's ``calls`` calls one at a time, interleaved: a cycle times one block of
+    ``block`` calls of every item (in an order rotated from cycle to cycle), so a burst of load from
+    other processes hits all items alike, and the per-block p50s pair up for ratios. Every block
+    runs in a fresh request scope, as a turn's checks do."""
+    for _, fn in items:
+        with request_scope():
+            await samples_ns(fn, warmup)
+    raw: dict[Any, list[list[int]]] = {key: [] for key, _ in items}
+    cpu: dict[Any, int] = dict.fromkeys(raw, 0)
+    cpu_clock = time.process_time_ns
+    for cycle in range(max(1, calls // block)):
+        for key, fn in rotated(items, cycle):
+            with request_scope():
+                c0 = cpu_clock()
+                raw[key].append(await samples_ns(fn, block, cycle * block))
+                cpu[key] += cpu_clock() - c0
+    return {key: Dist.of(blocks, cpu[key]) for key, blocks in raw.items()}
+
+
+@dataclass(frozen=True, slots=True)
+class Run:
+    """One timed run of ``count`` calls: wall seconds and this process's CPU seconds (all threads)."""
+
+    count: int
+    wall: float
+    cpu: float
+
+    @property
+    def rate(self) -> float:
+        """Calls per wall second."""
+        return self.count / self.wall
+
+    @property
+    def cpu_us(self) -> float:
+        """CPU microseconds per call: what one call costs with a core to itself."""
+        return self.cpu / self.count * 1e6
+
+
+async def drive(fn: Probe, count: int, concurrency: int) -> Run:
+    """``count`` calls of ``fn(i)`` from ``concurrency`` workers."""
     items = iter(range(count))
 
     async def worker() -> None:
@@ -247,9 +303,9 @@ async def drive(fn: Callable[[int], Awaitable[Any]], count: int, concurrency: in
             await fn(i)
 
     gc.collect()
-    started = time.perf_counter()
+    cpu0, started = time.process_time(), time.perf_counter()
     await asyncio.gather(*(worker() for _ in range(concurrency)))
-    return time.perf_counter() - started
+    return Run(count, time.perf_counter() - started, time.process_time() - cpu0)
 
 
 async def bounded_gather(coros: Sequence[Awaitable[Any]], limit: int = 16) -> list[Any]:
@@ -276,15 +332,20 @@ def median_ratio(num: Sequence[float], den: Sequence[float]) -> float:
 
 __all__ = [
     "CHECK_TYPES",
+    "PROBE",
     "CheckType",
     "Conversation",
     "Dist",
+    "Probe",
+    "Run",
     "all_models_config",
     "bounded_gather",
     "drive",
+    "interleaved",
     "median_ratio",
     "nemoguards_config",
     "no_rails_config",
+    "probe_call",
     "rotated",
     "safe_texts",
     "samples_ns",
