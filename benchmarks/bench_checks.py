@@ -105,6 +105,7 @@ REPLY = "Happy to help with that."
 LEVELS = ("check.run", "Rail.run", "check_async")
 CHECK_BLOCK = 100  # part 1: calls of one (type, level) before the next one's
 TURN_BLOCK = 20  # part 2a: calls of one piece before the next one's
+EMPTY_AWAIT = "timer + await of an empty coroutine"
 
 
 def say(text: str = "") -> None:
@@ -189,9 +190,6 @@ async def check_costs(
     for rails in all_rails:
         await rails.aclose()
     return rows, {EMPTY_AWAIT: dists[EMPTY_AWAIT, ""], PROBE: dists[PROBE, ""]}, leaked
-
-
-EMPTY_AWAIT = "timer + await of an empty coroutine"
 
 
 def cost_table(rows: Sequence[CheckRow], refs: dict[str, Dist]) -> str:
