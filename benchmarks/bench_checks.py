@@ -34,11 +34,13 @@ of load hits all items alike; p50/p99 are wall clock over all of an item's calls
 the per-block ratios, and "cpu" is this process's CPU time per call (time another process held the
 core is not in it: the cost on a core of its own). Part 2b rotates the variants from round to round
 and shows the median round, in turns per wall second and in CPU microseconds per turn. The speed
-probe (machine.py) is printed at the start and the end, and timed among the blocks of parts 1 and 2a.
+probe (machine.py) is printed at the start and the end, and timed alongside everything measured (a
+block of its own in parts 1 and 2a, every 20th turn in 2b): the verdicts are on the measured figures,
+and "at 10 us" beside them rescales a figure by its probe to a core where the probe takes 10 us (an
+estimate: on this VM the probe's p50 moved 15-25 us between runs, and the hit path with it).
 
 Targets (PASS/FAIL):
-  1a. a nemoguards turn at 100% hits: >= 1,500 turns/s per process, at each concurrency; judged on
-      the wall clock, and apart on CPU time (turns per CPU-second: the process with a core to itself);
+  1a. a nemoguards turn at 100% hits: >= 1,500 turns/s per process, at each concurrency;
   1b. each check type's cached cost (check.run) < 20 us p50;
   2.  the cached check end to end (check_async, one rail) < 20 us p50, for each check type.
 
@@ -73,6 +75,7 @@ from bench_e2e import OtherLoad
 from checks_support import (
     CHECK_TYPES,
     PROBE,
+    REFERENCE_PROBE_US,
     CheckType,
     Conversation,
     Dist,
@@ -234,8 +237,17 @@ class TurnRow:
         return statistics.median(r.cpu_us for r in self.runs[variant])
 
     def per_cpu_second(self, variant: str) -> float:
-        """Turns per CPU-second: the turns/s of this process with a core to itself."""
+        """Turns per CPU-second."""
         return 1e6 / self.cpu_us(variant)
+
+    def probe_us(self, variant: str) -> float:
+        """The speed probe's p50 during the variant's runs (median over rounds)."""
+        return statistics.median(r.probe_us for r in self.runs[variant])
+
+    def at_reference(self, variant: str) -> float:
+        """Median over rounds of turns/s rescaled by the probe timed in the run to a 10 us probe: an
+        estimate of the same run on a core where the probe takes 10 us (not a measurement)."""
+        return statistics.median(r.rate * r.probe_us / REFERENCE_PROBE_US for r in self.runs[variant])
 
     def cpu_added(self, variant: str, over: str) -> float:
         """Median over rounds of the CPU microseconds per turn ``variant`` adds over ``over``."""
@@ -360,15 +372,20 @@ def turns_table(rows: Sequence[TurnRow]) -> str:
         ok = r.rate("nemoguards") >= TARGET_TURNS_PER_S
         ratio = median_ratio([x.rate for x in r.runs["nemoguards"]], [x.rate for x in r.runs["no rails"]])
         rates = [f"{r.rate(v):,.0f}" for v in VARIANTS]
-        out.append([r.model, r.concurrency, r.turns, *rates, f"x{ratio:.2f}", "PASS" if ok else "FAIL"])
+        probe, est = f"{r.probe_us('nemoguards'):.1f}", f"{r.at_reference('nemoguards'):,.0f}"
+        verdict = "PASS" if ok else "FAIL"
+        out.append([r.model, r.concurrency, r.turns, *rates, f"x{ratio:.2f}", verdict, probe, est])
     headers = ["main model", "conc", "turns", "main alone/s", "no rails/s", "seq. input/s", "nemoguards/s"]
-    return table([*headers, "ng / no rails", f">= {TARGET_TURNS_PER_S:,.0f}/s"], out)
+    headers += ["ng / no rails", f">= {TARGET_TURNS_PER_S:,.0f}/s", "probe us", "ng/s at 10 us"]
+    return table(headers, out) + (
+        "\n  probe us = the speed probe's p50 timed among the nemoguards turns; ng/s at 10 us = nemoguards/s "
+        "x probe / 10 us, an estimate for a core where the probe takes 10 us"
+    )
 
 
 def cpu_table(rows: Sequence[TurnRow], checks_cpu_us: float) -> str:
     out: list[list[object]] = []
     for r in rows:
-        ok = r.per_cpu_second("nemoguards") >= TARGET_TURNS_PER_S
         out.append(
             [
                 r.model,
@@ -378,12 +395,11 @@ def cpu_table(rows: Sequence[TurnRow], checks_cpu_us: float) -> str:
                 f"{r.cpu_added('nemoguards, sequential input', 'no rails'):.0f}",
                 f"{r.cpu_added('nemoguards', 'nemoguards, sequential input'):+.0f}",
                 f"{r.per_cpu_second('nemoguards'):,.0f}",
-                "PASS" if ok else "FAIL",
             ]
         )
     headers = ["main model", "conc", "main alone", "no rails", "seq. input", "nemoguards"]
     headers += ["rails add", "rails add (seq.)", "parallel vs seq.", "ng turns/cpu-s"]
-    return table([*headers, f">= {TARGET_TURNS_PER_S:,.0f}"], out) + (
+    return table(headers, out) + (
         "\n  CPU us per turn (this process, all threads); rails add = nemoguards - no rails (the four "
         f"Rail.run cpu figures of part 1 sum to {checks_cpu_us:.0f} us); parallel vs seq. = nemoguards - "
         "sequential input (three tasks and as_completed instead of three awaits)"
@@ -489,36 +505,33 @@ async def run(args: argparse.Namespace) -> int:
             say(f"cProfile: warm nemoguards turns at concurrency 32 ({args.main[0]}, {args.turns} turns)")
             say(await profile_turns(urls, convs, args.main[0], args.turns, args.profile_top))
 
-    return summary(rows, turn_rows, leaked1 + leaked2, time.monotonic() - started)
+    return summary(rows, refs[PROBE].p50, turn_rows, leaked1 + leaked2, time.monotonic() - started)
 
 
-def summary(rows: Sequence[CheckRow], turn_rows: Sequence[TurnRow], leaked: int, elapsed: float) -> int:
-    """The targets, PASS/FAIL on the measured figures (target 1a also on CPU time)."""
+def summary(
+    rows: Sequence[CheckRow], probe: float, turn_rows: Sequence[TurnRow], leaked: int, elapsed: float
+) -> int:
+    """The targets, PASS/FAIL on the measured (wall clock) figures. Beside them, each figure over the
+    speed probe timed alongside it and rescaled to a 10 us probe: how the same run would do on a core
+    where the probe takes 10 us (an estimate; the probe tracks the hit path within ~10% across loads)."""
     load = ", ".join(f"{x:.2f}" for x in os.getloadavg())
     say()
     say(f"Summary ({elapsed:.0f} s; load average now {load}; {describe_speed()}: the targets are CPU bound)")
     verdicts: list[bool] = []
     primary = [r for r in turn_rows if r.model == turn_rows[0].model] if turn_rows else []
-    for how, value in (
-        ("wall clock", TurnRow.rate),
-        ("per CPU-second, a core to itself", TurnRow.per_cpu_second),
-    ):
-        ok = (
-            bool(primary)
-            and leaked == 0
-            and all(value(r, "nemoguards") >= TARGET_TURNS_PER_S for r in primary)
+    ok = bool(primary) and leaked == 0 and all(r.rate("nemoguards") >= TARGET_TURNS_PER_S for r in primary)
+    verdicts.append(ok)
+    say(f"  1a. nemoguards turn >= {TARGET_TURNS_PER_S:,.0f} turns/s per process: {'PASS' if ok else 'FAIL'}")
+    for model in dict.fromkeys(r.model for r in turn_rows):
+        per_c = ", ".join(
+            f"c={r.concurrency}: {r.rate('nemoguards'):,.0f}/s (probe {r.probe_us('nemoguards'):.1f} us; "
+            f"at 10 us ~{r.at_reference('nemoguards'):,.0f})"
+            for r in turn_rows
+            if r.model == model
         )
-        verdicts.append(ok)
-        say(
-            f"  1a. nemoguards turn >= {TARGET_TURNS_PER_S:,.0f} turns/s per process ({how}): "
-            f"{'PASS' if ok else 'FAIL'}"
-        )
-        for model in dict.fromkeys(r.model for r in turn_rows):
-            per_c = ", ".join(
-                f"c={r.concurrency}: {value(r, 'nemoguards'):,.0f}/s" for r in turn_rows if r.model == model
-            )
-            tag = "the verdict" if model == turn_rows[0].model else "shown"
-            say(f"      {model} ({tag}): [{per_c}]")
+        tag = "the verdict" if model == turn_rows[0].model else "shown"
+        say(f"      {model} ({tag}): [{per_c}]")
+    scale = REFERENCE_PROBE_US / probe
     for number, level, label in (
         ("1b", "check.run", "each check type's cached cost"),
         ("2.", "check_async", "each cached check end to end (one rail)"),
@@ -529,8 +542,9 @@ def summary(rows: Sequence[CheckRow], turn_rows: Sequence[TurnRow], leaked: int,
         cs, w = rows[0].dists[level], worst.dists[level]
         say(
             f"  {number}  {label} < {TARGET_CHECK_US:g} us p50 ({level}): {'PASS' if ok else 'FAIL'}  "
-            f"[content safety input p50 {cs.p50:.1f} us, p99 {cs.p99:.1f}, cpu {cs.cpu:.1f}; slowest "
-            f"{worst.kind.name} p50 {w.p50:.1f} us (x{worst.ratios[level]:.2f}), cpu {w.cpu:.1f}]"
+            f"[content safety input p50 {cs.p50:.1f} us (p99 {cs.p99:.1f}, cpu {cs.cpu:.1f}); slowest "
+            f"{worst.kind.name} p50 {w.p50:.1f} us (x{worst.ratios[level]:.2f}); probe {probe:.1f} us: at "
+            f"10 us ~{cs.p50 * scale:.1f} / ~{w.p50 * scale:.1f} us]"
         )
     return 0 if all(verdicts) else 1
 

@@ -277,11 +277,13 @@ async def interleaved(
 
 @dataclass(frozen=True, slots=True)
 class Run:
-    """One timed run of ``count`` calls: wall seconds and this process's CPU seconds (all threads)."""
+    """One timed run of ``count`` calls: wall seconds, this process's CPU seconds (all threads), and
+    the speed probe's p50 (us) timed every :data:`PROBE_EVERY` calls during the run."""
 
     count: int
     wall: float
     cpu: float
+    probe_us: float
 
     @property
     def rate(self) -> float:
@@ -290,22 +292,33 @@ class Run:
 
     @property
     def cpu_us(self) -> float:
-        """CPU microseconds per call: what one call costs with a core to itself."""
+        """CPU microseconds per call (time another process held the core is not in it)."""
         return self.cpu / self.count * 1e6
 
 
+PROBE_EVERY = 20  # calls of a timed run per speed probe (~1 us a call)
+REFERENCE_PROBE_US = 10.0  # machine.py: ~7-10 us on a fast desktop core
+
+
 async def drive(fn: Probe, count: int, concurrency: int) -> Run:
-    """``count`` calls of ``fn(i)`` from ``concurrency`` workers."""
+    """``count`` calls of ``fn(i)`` from ``concurrency`` workers; the speed probe runs among them."""
     items = iter(range(count))
+    probes: list[int] = []
+    clock = time.perf_counter_ns
 
     async def worker() -> None:
         for i in items:
             await fn(i)
+            if i % PROBE_EVERY == 0:
+                t0 = clock()
+                sum(range(1000))
+                probes.append(clock() - t0)
 
     gc.collect()
     cpu0, started = time.process_time(), time.perf_counter()
     await asyncio.gather(*(worker() for _ in range(concurrency)))
-    return Run(count, time.perf_counter() - started, time.process_time() - cpu0)
+    wall, cpu = time.perf_counter() - started, time.process_time() - cpu0
+    return Run(count, wall, cpu, pct(probes, 0.5) / 1000)
 
 
 async def bounded_gather(coros: Sequence[Awaitable[Any]], limit: int = 16) -> list[Any]:
@@ -333,6 +346,7 @@ def median_ratio(num: Sequence[float], den: Sequence[float]) -> float:
 __all__ = [
     "CHECK_TYPES",
     "PROBE",
+    "REFERENCE_PROBE_US",
     "CheckType",
     "Conversation",
     "Dist",
