@@ -1,75 +1,120 @@
-"""The demo's table: the two passes side by side, with the ratio, per guard model and per rail."""
+"""The demo's table: the three passes side by side, with ratios, per guard model, per check path
+(hit and miss turns apart: where latency comes from) and per rail."""
 
 from __future__ import annotations
 
-from guardcache.demo.runner import GUARDS, MODEL_LABELS, RAIL_LABELS, RAILS, PassResult
+from collections.abc import Sequence
+from typing import NamedTuple
 
-Row = tuple[str, str, str, float | None, float | None]
+from guardcache.demo.runner import GUARDS, MODEL_LABELS, RAIL_LABELS, RAILS, PassResult, percentile
+
+PATH_LABELS = {
+    "hit": "hit turns (every check from cache)",
+    "input_miss": "input-miss turns (an input check to a NIM)",
+    "output_miss": "output-miss turns (only the output check)",
+}
+"""The check paths of :mod:`guardcache.demo.turns`, as the table names them."""
 
 
-def _ms(seconds: float) -> str:
-    return f"{seconds * 1000:.0f} ms"
+class Row(NamedTuple):
+    """One line: a cell per pass, and the numbers the ratios divide (None: no ratio)."""
+
+    label: str
+    cells: tuple[str, ...]
+    values: tuple[float | None, ...] = ()
+
+
+def _ms(seconds: float | None) -> str:
+    return "-" if seconds is None else f"{seconds * 1000:.0f} ms"
 
 
 def _rate(value: float | None) -> str:
     return "-" if value is None else f"{value:.2%}"
 
 
-def _count(label: str, off: int, on: int, ratio: bool = True) -> Row:
-    return (label, str(off), str(on), off if ratio else None, on if ratio else None)
+def _count(label: str, numbers: Sequence[int], ratio: bool = True) -> Row:
+    return Row(label, tuple(str(n) for n in numbers), tuple(numbers) if ratio else ())
 
 
-def _heading(label: str) -> Row:
-    return (label, "", "", None, None)
+def _latency(label: str, seconds: Sequence[float | None]) -> Row:
+    return Row(label, tuple(_ms(s) for s in seconds), tuple(seconds))
 
 
-def table_rows(off: PassResult, on: PassResult) -> list[Row]:
-    """(label, caching off, caching on, ratio numerator/denominator or None)."""
-    rows: list[Row] = [_heading("guard backend calls")]
-    rows += [_count(f"  {MODEL_LABELS[g]}", off.calls[g], on.calls[g]) for g in GUARDS]
-    rows.append(_count("  total", off.guard_calls, on.guard_calls))
-    rows.append(_count("main LLM calls", off.calls["main"], on.calls["main"], ratio=False))
-    rows.append(_heading("cache hit rate"))
-    rows += [
-        (f"  {MODEL_LABELS[g]}", _rate(off.hit_rate(g)), _rate(on.hit_rate(g)), None, None) for g in GUARDS
-    ]
-    rows.append(("  all guard checks", _rate(off.hit_rate()), _rate(on.hit_rate()), None, None))
+def _share(tokens: int, share: float | None) -> str:
+    return "0" if not tokens else f"{tokens} ({_rate(share)})"
+
+
+def table_rows(passes: Sequence[PassResult]) -> list[Row]:
+    """The rows for ``passes`` (caching off, caching on, caching on + early main)."""
+    rows = [Row("guard backend calls", ())]
+    rows += [_count(f"  {MODEL_LABELS[g]}", [p.calls[g] for p in passes]) for g in GUARDS]
+    rows.append(_count("  total", [p.guard_calls for p in passes]))
+    rows.append(_count("main LLM calls (server)", [p.calls["main"] for p in passes], ratio=False))
+    rows.append(_count("  cancelled: input blocked", [p.main_work.cancelled for p in passes], ratio=False))
+    rows.append(Row("cache hit rate", ()))
+    rows += [Row(f"  {MODEL_LABELS[g]}", tuple(_rate(p.hit_rate(g)) for p in passes)) for g in GUARDS]
+    rows.append(Row("  all guard checks", tuple(_rate(p.hit_rate()) for p in passes)))
+    rows.append(_count("all turns", [p.turns for p in passes], ratio=False))
     for label, q in (("p50", 0.50), ("p95", 0.95), ("p99", 0.99)):
-        rows.append((f"turn latency {label}", _ms(off.pct(q)), _ms(on.pct(q)), off.pct(q), on.pct(q)))
-    rows.append(("wall time", f"{off.wall:.1f} s", f"{on.wall:.1f} s", off.wall, on.wall))
-    off_tokens, on_tokens = sum(off.prompt_tokens.values()), sum(on.prompt_tokens.values())
-    rows.append(_count("guard prompt tokens (server)", off_tokens, on_tokens))
+        rows.append(_latency(f"  latency {label}", [p.pct(q) for p in passes]))
+    for path, title in PATH_LABELS.items():
+        rows.append(_count(title, [p.path_turns(path) for p in passes], ratio=False))
+        for label, q in (("p50", 0.50), ("p95", 0.95), ("p99", 0.99)):
+            rows.append(_latency(f"  latency {label}", [p.path_pct(path, q) for p in passes]))
+    rows.append(_latency("main LLM call alone, p50", [percentile(p.main_seconds, 0.5) for p in passes]))
+    rows.append(Row("wall time", tuple(f"{p.wall:.1f} s" for p in passes), tuple(p.wall for p in passes)))
+    rows.append(_count("guard prompt tokens (server)", [sum(p.prompt_tokens.values()) for p in passes]))
     rows.append(
         _count(
             "  of which KV-cache reused",
-            sum(off.cached_prompt_tokens.values()),
-            sum(on.cached_prompt_tokens.values()),
+            [sum(p.cached_prompt_tokens.values()) for p in passes],
             ratio=False,
         )
     )
-    rows.append(_count("refused turns", off.refused_total, on.refused_total, ratio=False))
-    rows += [_count(f"  {RAIL_LABELS[r]}", off.refused.get(r, 0), on.refused.get(r, 0), False) for r in RAILS]
-    if off.refused.get("?") or on.refused.get("?"):  # a rail the demo does not know (not expected)
-        rows.append(_count("  another rail", off.refused.get("?", 0), on.refused.get("?", 0), False))
-    if off.failed_checks or on.failed_checks:
-        rows.append(_count("checks without a verdict", off.failed_checks, on.failed_checks, False))
+    rows.append(
+        Row(
+            "main tokens on input-blocked turns",
+            tuple(_share(p.wasted_main_tokens, p.wasted_main_share()) for p in passes),
+        )
+    )
+    rows.append(_count("refused turns", [p.refused_total for p in passes], ratio=False))
+    rows += [_count(f"  {RAIL_LABELS[r]}", [p.refused.get(r, 0) for p in passes], False) for r in RAILS]
+    if any(p.refused.get("?") for p in passes):  # a rail the demo does not know (not expected)
+        rows.append(_count("  another rail", [p.refused.get("?", 0) for p in passes], False))
+    if any(p.failed_checks for p in passes):
+        rows.append(_count("checks without a verdict", [p.failed_checks for p in passes], False))
     return rows
 
 
-def render_table(off: PassResult, on: PassResult) -> str:
-    rows = table_rows(off, on)
-    width = max(len(r[0]) for r in rows)
-    lines = [f"{'':{width}}  {'caching off':>14}  {'caching on':>14}  {'on/off':>7}"]
+def _ratio(values: tuple[float | None, ...], a: int, b: int) -> str:
+    """values[b] / values[a], when both are there and values[a] is not zero."""
+    if len(values) <= max(a, b):
+        return ""
+    x, y = values[a], values[b]
+    return f"{y / x:.2f}x" if x and y is not None else ""
+
+
+def render_table(passes: Sequence[PassResult]) -> str:
+    """The passes side by side; ``on/off`` compares the second with the first, ``early/on`` the
+    third with the second (the early main start with caching alone)."""
+    rows = table_rows(passes)
+    width = max(len(r.label) for r in rows)
+    names = "".join(f"  {p.name:>13}" for p in passes)
+    ratios = f"  {'on/off':>7}" + (f"  {'early/on':>8}" if len(passes) > 2 else "")
+    lines = [f"{'':{width}}{names}{ratios}"]
     lines.append("-" * len(lines[0]))
-    for label, a, b, x, y in rows:
-        ratio = f"{y / x:.2f}x" if x and y is not None else ""
-        lines.append(f"{label:{width}}  {a:>14}  {b:>14}  {ratio:>7}".rstrip())
+    for row in rows:
+        cells = "".join(f"  {c:>13}" for c in row.cells) if row.cells else ""
+        ratio = f"  {_ratio(row.values, 0, 1):>7}" + (
+            f"  {_ratio(row.values, 1, 2):>8}" if len(passes) > 2 else ""
+        )
+        lines.append(f"{row.label:{width}}{cells}{ratio if row.cells else ''}".rstrip())
     return "\n".join(lines)
 
 
 def render_log_lines(on: PassResult) -> str:
-    """The caching-on pass's ``LFU Cache Statistics`` lines, each after the model whose cache wrote it,
-    grouped by model in table order (each group in time order)."""
+    """A pass's ``LFU Cache Statistics`` lines, each after the model whose cache wrote it, grouped by
+    model in table order (each group in time order)."""
     width = max(len(MODEL_LABELS[g]) for g in GUARDS) + 1
     out = []
     order = {g: i for i, g in enumerate(GUARDS)}
@@ -79,4 +124,4 @@ def render_log_lines(on: PassResult) -> str:
     return "\n".join(out)
 
 
-__all__ = ["render_log_lines", "render_table", "table_rows"]
+__all__ = ["PATH_LABELS", "Row", "render_log_lines", "render_table", "table_rows"]

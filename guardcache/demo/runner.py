@@ -1,9 +1,11 @@
-"""The demo's engine: one emulated NIM per endpoint, one workload, two passes (caching off, then on).
+"""The demo's engine: one emulated NIM per endpoint, one workload, three passes (caching off;
+caching on; caching on with the main model started during the input checks).
 
 The rails are NeMo's nemoguards setup (``config.yml`` and ``prompts.yml`` next to this file): the
 main model, NemoGuard Content Safety (input and output), Topic Control and JailbreakDetect (input,
 the three input rails in parallel). Each endpoint gets its own emulator, so backend calls, prompt
-tokens and KV-cache reuse are counted per model.
+tokens and KV-cache reuse are counted per model. Each turn's record (``explain()``) says which path
+its checks took (:mod:`guardcache.demo.turns`), so latency is reported for hit and miss turns apart.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ import yaml
 
 from guardcache.checks.verdict import RailResult
 from guardcache.config import RailsConfig
+from guardcache.demo.turns import PATHS, MainWork, check_path, main_call_seconds, main_work_on_block
 from guardcache.demo.workload import Turn
 from guardcache.emulator import EmulatorConfig, EmulatorProcess, EmulatorServer, LatencyConfig
 from guardcache.rails import LLMRails
@@ -56,11 +59,21 @@ _INPUT_FLOWS = {
 }
 
 
-def demo_config(urls: dict[str, str], *, cache: bool, log_interval: float) -> RailsConfig:
+PASSES = (("caching off", False, False), ("caching on", True, False), ("+ early main", True, True))
+"""(name, cache, during_main) of each pass, in order: the third is the second with the main model
+started as soon as an input check misses (``rails.input.during_main: true``)."""
+
+
+def demo_config(
+    urls: dict[str, str], *, cache: bool, log_interval: float, during_main: bool = False
+) -> RailsConfig:
     """The demo's config folder pointed at ``urls`` (endpoint -> base URL): every guard model's cache
-    on (stats logged every ``log_interval`` seconds) or off, nothing else changed."""
+    on (stats logged every ``log_interval`` seconds) or off, and the speculative main start on or
+    off; nothing else changed."""
     path = CONFIG_DIR / "config.yml"
     data: dict[str, Any] = yaml.safe_load(path.read_text(encoding="utf-8"))
+    if during_main:
+        data["rails"]["input"]["during_main"] = True
     for model in data["models"]:
         if model["type"] in GUARDS:
             if cache:
@@ -97,13 +110,39 @@ class PassResult:
     cached_prompt_tokens: dict[str, int]  # of those, reused from the server's KV cache
     refused: dict[str, int]  # refused turns per rail (RAILS)
     failed_checks: int = 0  # checks that got no verdict (timeouts, errors): their rail blocked
+    during_main: bool = False  # the main model started during the input checks (on a miss)
+    by_path: dict[str, list[float]] = field(default_factory=dict)  # latencies per check path (PATHS)
+    refused_turns: list[str | None] = field(default_factory=list)  # per workload turn: the rail, or None
+    turn_paths: list[str] = field(default_factory=list)  # per workload turn: its check path
+    main_seconds: list[float] = field(default_factory=list)  # main calls that ran to their answer
+    main_work: MainWork = field(default_factory=MainWork)  # on input-blocked turns (records)
+    main_tokens: int = 0  # main prompt + completion tokens of delivered answers (server)
+    main_abandoned: int = 0  # main requests that ended undelivered after reaching a slot (server)
+    main_abandoned_tokens: int = 0  # their prefilled prompt + decoded tokens (server)
     hits: dict[str, int] = field(default_factory=dict)  # per guard model; empty with caching off
     misses: dict[str, int] = field(default_factory=dict)
     log_lines: list[tuple[str, str]] = field(default_factory=list)  # (model type, stats line)
 
     def pct(self, q: float) -> float:
-        data = sorted(self.latencies)
-        return data[min(len(data) - 1, int(q * len(data)))] if data else 0.0
+        return percentile(self.latencies, q) or 0.0
+
+    def path_pct(self, path: str, q: float) -> float | None:
+        """A latency percentile of the turns whose checks took ``path``; None when there were none."""
+        return percentile(self.by_path.get(path, []), q)
+
+    def path_turns(self, path: str) -> int:
+        return len(self.by_path.get(path, []))
+
+    @property
+    def wasted_main_tokens(self) -> int:
+        """Main-model tokens spent on turns an input rail then blocked: the cancelled calls' work
+        (server-counted) and the answers that finished before the block and were thrown away."""
+        return self.main_abandoned_tokens + self.main_work.discarded_tokens
+
+    def wasted_main_share(self) -> float | None:
+        """``wasted_main_tokens`` as a share of all the main model's tokens; None when it had none."""
+        total = self.main_tokens + self.main_abandoned_tokens
+        return self.wasted_main_tokens / total if total else None
 
     @property
     def guard_calls(self) -> int:
@@ -119,6 +158,12 @@ class PassResult:
         hits = sum(self.hits.get(m, 0) for m in models)
         total = hits + sum(self.misses.get(m, 0) for m in models)
         return hits / total if total else None
+
+
+def percentile(data: Sequence[float], q: float) -> float | None:
+    """The ``q`` quantile (nearest rank) of ``data``; None when it is empty."""
+    ordered = sorted(data)
+    return ordered[min(len(ordered) - 1, int(q * len(ordered)))] if ordered else None
 
 
 class StatsLines(logging.Handler):
@@ -210,14 +255,18 @@ async def run_pass(
     cache: bool,
     concurrency: int,
     log_interval: float,
+    during_main: bool = False,
 ) -> PassResult:
-    """One pass of ``workload`` through fresh rails (caches on or off) against ``emulators``."""
+    """One pass of ``workload`` through fresh rails (caches on or off, the main model started during
+    the input checks or after them) against ``emulators``."""
     urls = {endpoint: emu.base_url for endpoint, emu in emulators.items()}
-    rails = LLMRails(demo_config(urls, cache=cache, log_interval=log_interval))
+    config = demo_config(urls, cache=cache, log_interval=log_interval, during_main=during_main)
+    rails = LLMRails(config)
     caches = {m: rails.model_caches[m] for m in GUARDS if m in rails.model_caches}
     try:
         with capture_stats_lines(caches) as lines:
             result = await _replay(name, workload, rails, emulators, concurrency)
+            result.during_main = during_main
             for model, cache_obj in caches.items():
                 cache_obj.log_stats_now()  # the final line: the periodic ones may have missed the end
                 cache_stats = cache_obj.get_stats()
@@ -246,29 +295,45 @@ async def _replay(
     await asyncio.gather(*(emu.areset() for emu in emulators.values()))
     progress = Progress(name, len(workload))
     latencies: list[float] = []
+    by_path: dict[str, list[float]] = {path: [] for path in PATHS}
     refused = dict.fromkeys(RAILS, 0)
+    refused_turns: list[str | None] = [None] * len(workload)
+    turn_paths: list[str] = [""] * len(workload)
+    main_seconds: list[float] = []
+    work: list[MainWork] = []
     failed = 0
-    queue = iter(workload)
+    queue = iter(enumerate(workload))
 
     async def worker() -> None:
         nonlocal failed
-        for turn in queue:
+        for index, turn in queue:
             t0 = time.perf_counter()
             await rails.generate_async(messages=[{"role": "user", "content": turn.text}])
-            latencies.append(time.perf_counter() - t0)
-            checks = rails.explain().checks  # this turn's: nothing ran between its end and here
+            elapsed = time.perf_counter() - t0
+            latencies.append(elapsed)
+            record = rails.explain()  # this turn's: nothing ran between its end and here
+            checks = record.checks
+            path = turn_paths[index] = check_path(record)
+            by_path[path].append(elapsed)
             rail = refused_by(checks.input, checks.output)
+            refused_turns[index] = rail
             if rail is not None:
                 refused[rail] = refused.get(rail, 0) + 1
             failed += sum(r.error is not None for r in (*checks.input, *checks.output))
+            main = main_call_seconds(record)
+            if main is not None:
+                main_seconds.append(main)
+            spent = main_work_on_block(record)
+            if spent != MainWork():
+                work.append(spent)
             progress.step()
 
     started = time.perf_counter()
     await asyncio.gather(*(worker() for _ in range(concurrency)))
     wall = time.perf_counter() - started
     progress.close()
-    fetched = await asyncio.gather(*(emu.astats(prompts=False) for emu in emulators.values()))
-    stats = dict(zip(emulators, fetched, strict=True))
+    stats = await _settled_stats(emulators)
+    main_stats = stats["main"]
     return PassResult(
         name=name,
         turns=len(workload),
@@ -279,7 +344,27 @@ async def _replay(
         cached_prompt_tokens={g: stats[g].cached_prompt_tokens for g in GUARDS},
         refused=refused,
         failed_checks=failed,
+        by_path=by_path,
+        refused_turns=refused_turns,
+        turn_paths=turn_paths,
+        main_seconds=main_seconds,
+        main_work=MainWork(*(sum(column) for column in zip(*work, strict=True))) if work else MainWork(),
+        main_tokens=main_stats.prompt_tokens + main_stats.completion_tokens,
+        main_abandoned=main_stats.abandoned_requests,
+        main_abandoned_tokens=main_stats.abandoned_prompt_tokens + main_stats.abandoned_completion_tokens,
     )
+
+
+async def _settled_stats(emulators: dict[str, AnyEmulator], within: float = 3.0) -> dict[str, Any]:
+    """Each emulator's stats once it has nothing running or waiting (bounded by ``within`` s): a
+    cancelled request is counted when the server notices its client left, a moment after the turn
+    ended."""
+    deadline = time.monotonic() + within
+    while True:
+        fetched = await asyncio.gather(*(emu.astats(prompts=False) for emu in emulators.values()))
+        if all(s.running == 0 and s.waiting == 0 for s in fetched) or time.monotonic() > deadline:
+            return dict(zip(emulators, fetched, strict=True))
+        await asyncio.sleep(0.05)
 
 
 @contextlib.asynccontextmanager
@@ -312,9 +397,9 @@ async def run_demo(
     time_scale: float,
     log_interval: float,
     in_process: bool = False,
-) -> tuple[PassResult, PassResult]:
-    """Both passes against one emulated NIM per endpoint (main, content safety, topic control,
-    jailbreak detection).
+) -> tuple[PassResult, PassResult, PassResult]:
+    """The three passes (``PASSES``) against one emulated NIM per endpoint (main, content safety,
+    topic control, jailbreak detection), each from cold caches and a flushed KV cache.
 
     By default each emulator runs in a child process: on a 2-core machine an in-process server would
     share the client's interpreter lock, and the measured turn latency would be CPU queueing rather than
@@ -322,7 +407,7 @@ async def run_demo(
     """
     async with started_emulators(time_scale, in_process=in_process) as emulators:
         results = []
-        for name, cache in (("caching off", False), ("caching on", True)):
+        for name, cache, during_main in PASSES:
             results.append(
                 await run_pass(
                     name,
@@ -331,9 +416,10 @@ async def run_demo(
                     cache=cache,
                     concurrency=concurrency,
                     log_interval=log_interval,
+                    during_main=during_main,
                 )
             )
-    return results[0], results[1]
+    return results[0], results[1], results[2]
 
 
 __all__ = [
@@ -341,6 +427,7 @@ __all__ = [
     "ENDPOINTS",
     "GUARDS",
     "MODEL_LABELS",
+    "PASSES",
     "RAILS",
     "RAIL_LABELS",
     "PassResult",
@@ -348,6 +435,7 @@ __all__ = [
     "capture_stats_lines",
     "demo_config",
     "emulator_configs",
+    "percentile",
     "refused_by",
     "run_demo",
     "run_pass",

@@ -96,6 +96,8 @@ class _Handlers:
                 default_model=emu.config.model,
                 default_max_tokens=emu.config.default_max_tokens,
             )
+        except ClientDisconnected:
+            return self._gone(CHAT)
         except BodyTooLarge as exc:
             return self._too_large(CHAT, exc)
         except RequestError as exc:
@@ -184,6 +186,8 @@ class _Handlers:
             return refused
         try:
             body = await read_json(request, max_bytes=self.emu.config.max_body_bytes)
+        except ClientDisconnected:
+            return self._gone(CLASSIFY)
         except BodyTooLarge as exc:
             return self._too_large(CLASSIFY, exc)
         except RequestError as exc:

@@ -14,7 +14,7 @@ import json
 from collections.abc import AsyncIterator, Awaitable
 from typing import Any, TypeVar
 
-from starlette.requests import Request
+from starlette.requests import ClientDisconnect, Request
 from starlette.responses import Response, StreamingResponse
 from starlette.types import ASGIApp, Receive, Scope, Send
 
@@ -61,9 +61,14 @@ async def read_json(request: Request, *, allow_empty: bool = False, max_bytes: i
     more than ``max_bytes`` bytes (0 = no limit).
 
     An oversized body is still read to its end (and dropped), so the client, which may be writing
-    it yet, gets the 413 instead of a reset connection.
+    it yet, gets the 413 instead of a reset connection. A client that leaves while its body is read
+    (it cancelled the request: a parallel rail blocked first, a speculative main call was dropped)
+    raises ``ClientDisconnected``, as a client leaving later does, rather than an ASGI error.
     """
-    raw = await request.body() if not max_bytes else await _read_limited(request, max_bytes)
+    try:
+        raw = await request.body() if not max_bytes else await _read_limited(request, max_bytes)
+    except ClientDisconnect:
+        raise ClientDisconnected from None
     if allow_empty and not raw.strip():
         return {}
     try:

@@ -99,16 +99,30 @@ class Generation:
             yield token
 
     def release(self, *, completed: bool) -> None:
-        """Free the slot and the KV blocks; count usage and latency if the answer was delivered."""
+        """Free the slot and the KV blocks; count usage and latency if the answer was delivered, and
+        the work done so far if the client left first (it was spent all the same)."""
         if self._released:
             return
         self._released = True
         emu = self._emulator
+        decoded = self._decoded_so_far()  # before the slot is freed: the step time depends on it
         emu.kv.release(self._alloc)
         emu.gate.release()
         if completed:
             emu.metrics.record_usage(self.prompt_tokens, self.cached_tokens, self.completion_tokens)
             emu.metrics.observe_latency(time.monotonic() - self.prepared.arrived_at)
+        else:
+            emu.metrics.record_abandoned(self.prompt_tokens, decoded)
+
+    def _decoded_so_far(self) -> int:
+        """Completion tokens produced before now: none during prefill, the first with it, then one
+        per decode step (the decode of a non-streamed answer is one sleep, so this is computed)."""
+        if self.first_token_at is None:
+            return 0
+        step = self._emulator.latency.decode_step(self._emulator.gate.running)
+        elapsed = time.monotonic() - self.first_token_at
+        steps = len(self.tokens) if step <= 0 else 1 + int(elapsed / step)
+        return min(self.completion_tokens, steps)
 
 
 class Emulator:

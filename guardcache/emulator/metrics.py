@@ -38,6 +38,9 @@ class EmulatorMetrics:
         self.completion_tokens = 0
         self.cached_prompt_tokens = 0
         self.requests_with_cached_tokens = 0
+        self.abandoned_requests = 0
+        self.abandoned_prompt_tokens = 0
+        self.abandoned_completion_tokens = 0
         self.registry = CollectorRegistry(auto_describe=True)
         r = self.registry
         self._requests = PromCounter(
@@ -94,6 +97,15 @@ class EmulatorMetrics:
         self._cached_tokens.inc(cached_tokens)
         self._completion_tokens.inc(completion_tokens)
 
+    def record_abandoned(self, prompt_tokens: int, completion_tokens: int) -> None:
+        """Count a request that reached a running slot and ended without its answer delivered (the
+        client left, or the server stopped): its prefill (the prompt tokens) and the tokens decoded
+        before the end were computed and thrown away. Kept apart from the usage counters, which
+        count delivered answers (what a client is billed)."""
+        self.abandoned_requests += 1
+        self.abandoned_prompt_tokens += prompt_tokens
+        self.abandoned_completion_tokens += completion_tokens
+
     def record_fault(self, kind: str) -> None:
         self.faults[kind] += 1
         self._faults.labels(kind).inc()
@@ -115,6 +127,9 @@ class EmulatorMetrics:
             "completion_tokens": self.completion_tokens,
             "cached_prompt_tokens": self.cached_prompt_tokens,
             "requests_with_cached_tokens": self.requests_with_cached_tokens,
+            "abandoned_requests": self.abandoned_requests,
+            "abandoned_prompt_tokens": self.abandoned_prompt_tokens,
+            "abandoned_completion_tokens": self.abandoned_completion_tokens,
             "faults": dict(self.faults),
         }
         if include_prompts:

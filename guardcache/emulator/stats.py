@@ -22,6 +22,10 @@ class EmulatorStats:
     (the emulator closed the connection without a response) or ``"disconnected"`` (the client left
     first). ``requests_by_prompt`` maps ``prompt_digest(messages)`` (chat) or ``input_digest(text)``
     (classify) to calls; it is empty when the stats were fetched with ``prompts=False``.
+    ``abandoned_*``: chat requests that reached a running slot and ended undelivered (the client
+    disconnected, or the server stopped), with the prompt tokens they prefilled and the completion
+    tokens decoded before the end; not in ``prompt_tokens``/``completion_tokens``, which count
+    delivered answers. A cancelled speculative main call shows up here.
     """
 
     requests_total: int
@@ -40,6 +44,9 @@ class EmulatorStats:
     kv_cache: Mapping[str, Any]
     fault_config: Mapping[str, Any]
     model: str
+    abandoned_requests: int = 0
+    abandoned_prompt_tokens: int = 0
+    abandoned_completion_tokens: int = 0
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> EmulatorStats:
@@ -63,6 +70,9 @@ class EmulatorStats:
             kv_cache=frozen("kv_cache"),
             fault_config=frozen("fault_config"),
             model=str(data["model"]),
+            abandoned_requests=int(data.get("abandoned_requests", 0)),
+            abandoned_prompt_tokens=int(data.get("abandoned_prompt_tokens", 0)),
+            abandoned_completion_tokens=int(data.get("abandoned_completion_tokens", 0)),
         )
 
     def status(self, code: int | str) -> int:

@@ -1,5 +1,6 @@
 """``guardcache demo`` end to end, short and at time_scale 0: the nemoguards rails against four
-emulated NIMs, per-model backend calls and cache stats, and refusals by every rail."""
+emulated NIMs, per-model backend calls and cache stats, refusals by every rail, hit and miss turns
+apart, and the third pass with the main model started during the input checks."""
 
 from __future__ import annotations
 
@@ -10,8 +11,9 @@ import re
 import pytest
 
 from guardcache.demo import cli
-from guardcache.demo.report import render_log_lines, render_table
-from guardcache.demo.runner import ENDPOINTS, GUARDS, RAILS, capture_stats_lines, run_demo
+from guardcache.demo.report import PATH_LABELS, render_log_lines, render_table
+from guardcache.demo.runner import ENDPOINTS, GUARDS, RAILS, PassResult, capture_stats_lines, run_demo
+from guardcache.demo.turns import PATHS, MainWork
 from guardcache.demo.workload import build_workload, counts
 
 pytestmark = pytest.mark.integration
@@ -32,7 +34,7 @@ RAIL_OF_KIND = {
 async def test_both_passes_report_per_model_stats_and_refusals_by_every_rail() -> None:
     workload = build_workload(200, seed=3)
     n = counts(workload)
-    off, on = await run_demo(workload, concurrency=16, time_scale=0, log_interval=60, in_process=True)
+    off, on, early = await run_demo(workload, concurrency=16, time_scale=0, log_interval=60, in_process=True)
 
     input_blocked = n["unsafe"] + n["off_topic"] + n["jailbreak"]
     for result in (off, on):
@@ -69,7 +71,7 @@ async def test_both_passes_report_per_model_stats_and_refusals_by_every_rail() -
     for guard in GUARDS:
         assert f"Hits: {on.hits[guard]} | Misses: {on.misses[guard]} |" in finals[guard]
 
-    table = render_table(off, on)
+    table = render_table((off, on, early))
     for label in (
         "guard backend calls",
         "content safety",
@@ -77,10 +79,13 @@ async def test_both_passes_report_per_model_stats_and_refusals_by_every_rail() -
         "jailbreak detection",
         "total",
         "cache hit rate",
-        "turn latency p99",
+        "latency p99",
         "wall time",
         "KV-cache reused",
         "content safety (output)",
+        "main tokens on input-blocked turns",
+        "main LLM call alone, p50",
+        *PATH_LABELS.values(),
     ):
         assert label in table
     assert "checks without a verdict" not in table
@@ -125,7 +130,81 @@ def test_the_cli_prints_the_table_and_each_models_stats_lines(capsys: pytest.Cap
         f"guardcache demo: 60 turns ({n['unique']} never repeated; {n['unsafe']} unsafe, "
     )
     assert f"{n['off_topic']} off-topic, {n['jailbreak']} jailbreak attempts" in header
-    assert "refused turns" in out and "caching on" in out
+    assert "refused turns" in out and "caching on" in out and "+ early main" in out
+    assert cli.HEADER in out  # how turns are sorted into hit and miss, before the table
+    closing = " ".join(out[out.index("How to read it:") :].split("\n\n")[0].split())
+    assert "max(input check, main call) + output check" in closing
     for label in ("content safety:", "topic control:", "jailbreak detection:"):
         assert re.search(rf"^  {label} +LFU Cache Statistics - Size: ", out, re.MULTILINE), label
     assert len(ENDPOINTS) == 4
+
+
+def input_rail(rail: str | None) -> bool:
+    return rail is not None and rail != "output"
+
+
+async def test_hit_and_miss_turns_and_the_early_main_pass_are_consistent() -> None:
+    workload = build_workload(240, seed=5)
+    off, on, early = await run_demo(workload, concurrency=16, time_scale=0, log_interval=60, in_process=True)
+    for result in (off, on, early):  # every turn sorted once, by its own record
+        assert sum(result.path_turns(p) for p in PATHS) == result.turns == len(workload)
+        assert sorted(result.turn_paths) == sorted(p for p in PATHS for _ in range(result.path_turns(p)))
+        assert sorted(x for p in PATHS for x in result.by_path[p]) == sorted(result.latencies)
+    # Caching off: no check answered from a cache, so every turn asked an input NIM.
+    assert off.path_turns("input_miss") == len(workload)
+    # Caching on: each distinct text that passes the input rails had a turn whose checks asked
+    # (the first), and repeated ones were answered from cache.
+    passing = {" ".join(t.text.split()) for t in workload if t.kind in ("safe", "cut_reply")}
+    for result in (on, early):
+        assert len(passing) <= result.path_turns("input_miss") < len(workload)
+        assert result.path_turns("hit") > 0
+        assert result.during_main is (result is early)
+
+    # The early start changes when the main model runs, never what is refused, nor by which rail.
+    assert early.refused_turns == on.refused_turns == off.refused_turns
+    assert early.calls["main"] >= on.calls["main"] + early.main_work.discarded
+
+    # Main-model work on input-blocked turns: none unless the main model started early, and then
+    # at least one started main call per blocked turn whose input check went to a NIM.
+    for result in (off, on):
+        assert result.main_work == MainWork() and result.wasted_main_tokens == 0
+        assert result.main_abandoned == 0 and result.wasted_main_share() == 0.0
+    started = early.main_work.cancelled + early.main_work.discarded
+    blocked_missing = sum(
+        input_rail(rail) and path == "input_miss"
+        for rail, path in zip(early.refused_turns, early.turn_paths, strict=True)
+    )
+    blocked = sum(input_rail(rail) for rail in early.refused_turns)
+    assert 0 < blocked_missing <= started <= blocked
+    assert early.main_abandoned <= early.main_work.cancelled  # some may not have reached the server
+    assert (early.wasted_main_tokens > 0) == (early.main_abandoned + early.main_work.discarded > 0)
+    share = early.wasted_main_share()
+    assert share is not None and 0 < share < 0.5
+    table = render_table((off, on, early))
+    row = next(line for line in table.splitlines() if line.startswith("main tokens on input-blocked"))
+    assert row.split()[-2:] == [str(early.wasted_main_tokens), f"({share:.2%})"]
+
+
+def test_the_table_shows_each_pass_and_ratio_columns() -> None:
+    def result(name: str, latencies: list[float], path: str) -> PassResult:
+        return PassResult(
+            name=name,
+            turns=len(latencies),
+            wall=1.0,
+            latencies=latencies,
+            calls=dict.fromkeys(ENDPOINTS, 1),
+            prompt_tokens=dict.fromkeys(GUARDS, 10),
+            cached_prompt_tokens=dict.fromkeys(GUARDS, 0),
+            refused=dict.fromkeys(RAILS, 0),
+            by_path={path: latencies},
+        )
+
+    off = result("caching off", [0.4, 0.4], "input_miss")
+    on = result("caching on", [0.2, 0.2], "input_miss")
+    early = result("+ early main", [0.1, 0.1], "input_miss")
+    lines = render_table((off, on, early)).splitlines()
+    assert lines[0].split() == ["caching", "off", "caching", "on", "+", "early", "main", "on/off", "early/on"]
+    miss = lines.index(next(x for x in lines if x.startswith(PATH_LABELS["input_miss"])))
+    assert lines[miss + 1].split()[-4:] == ["100", "ms", "0.50x", "0.50x"]
+    hit = lines.index(next(x for x in lines if x.startswith(PATH_LABELS["hit"])))
+    assert lines[hit + 1].split()[-3:] == ["-", "-", "-"]  # no hit turns: no latency, no ratio

@@ -169,3 +169,26 @@ async def test_invalid_fault_settings_are_refused_with_the_field_name(emulator: 
     with pytest.raises(EmulatorAdminError, match="bogus"):
         await emulator.aset_faults(bogus=1)
     assert emulator.stats().fault_config["error_rate"] == 0.0
+
+
+@pytest.mark.parametrize("path", ["/chat/completions", "/classify"])
+async def test_a_client_leaving_while_its_body_is_read_is_a_disconnect_not_an_error(
+    emulator: EmulatorServer, path: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A cancelled request (a parallel rail blocked first, a speculative main call dropped) may close
+    its connection before the whole body was sent: counted as ``disconnected``, no ASGI traceback."""
+    url = httpx.URL(emulator.base_url)
+    reader, writer = await asyncio.open_connection(url.host, url.port)
+    head = (
+        f"POST {url.path.rstrip('/')}{path} HTTP/1.1\r\nHost: {url.host}\r\n"
+        "Content-Type: application/json\r\nContent-Length: 1000\r\n\r\n"
+    )
+    writer.write(head.encode() + b'{"model": "m", "messages": [')
+    await writer.drain()
+    await asyncio.sleep(0.05)
+    writer.close()
+    await writer.wait_closed()
+    await wait_for(lambda: emulator.stats().status("disconnected") == 1)
+    assert emulator.stats().requests_total == 1
+    assert not [r for r in caplog.records if r.levelname == "ERROR"]
+    del reader

@@ -185,4 +185,9 @@ async def test_a_client_leaving_mid_stream_frees_its_running_slot(emulator_facto
         await post(client, [{"role": "user", "content": "next"}], max_tokens=2)
         assert time.perf_counter() - started < 0.5  # the only slot was released at once
     assert emu.stats().running == 0
-    assert emu.stats().completion_tokens == 2  # the abandoned stream's usage is not counted
+    stats = emu.stats()
+    assert stats.completion_tokens == 2  # the abandoned stream's usage is not counted
+    # ... but the work it got is, apart: its whole prefill and the few tokens decoded before it left.
+    assert stats.abandoned_requests == 1
+    assert stats.abandoned_prompt_tokens > 400
+    assert 1 <= stats.abandoned_completion_tokens < 100

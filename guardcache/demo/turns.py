@@ -1,0 +1,95 @@
+"""Where one turn's time went, read from its record (``rails.explain()``), never guessed.
+
+The cache makes a turn whose checks are all answered from it cost about the main call alone; the
+latency tail is the turns where some check had to ask its backend. To show that, the demo sorts every
+turn by the path its checks took:
+
+- ``hit``: every check of the turn (input, and output when the turn got that far) was answered from
+  its cache (``RailResult.from_cache``). A check that joined another turn's identical call already
+  in flight is ``from_cache`` too: this turn made no backend call, but it waited for that one.
+- ``input_miss``: some input check went to its backend. The main model waits for the input verdict,
+  so these turns pay input check + main call + output check one after another; the speculative
+  start (``rails.input.during_main``) overlaps the first two, and helps only these turns.
+- ``output_miss``: every input check was a hit but the output check went to its backend (a new
+  answer to a known question); the main call starts at once, so the early start changes nothing.
+
+A turn blocked by an input rail has no output check; input rails cancelled by another rail's block
+left no result and do not count (the turn's time was decided by the rails that answered).
+
+The main model's work on blocked turns is read from the same record: a main call started early and
+cancelled by an input block (``LLMCallInfo.cancelled``), or one that finished before the block came
+and was thrown away (its tokens are in its record).
+"""
+
+from __future__ import annotations
+
+from typing import Literal, NamedTuple
+
+from guardcache.rails.turn import TurnInfo
+
+Path = Literal["hit", "input_miss", "output_miss"]
+PATHS: tuple[Path, ...] = ("hit", "input_miss", "output_miss")
+MAIN_TASK = "general"
+"""The task name of the main model's calls in a turn's record."""
+
+
+class MainWork(NamedTuple):
+    """The main model's calls in one turn that was blocked by an input rail (zero otherwise)."""
+
+    cancelled: int = 0  # started early, cancelled when the input verdict blocked
+    cancelled_seconds: float = 0.0  # how long those ran before the cancel
+    discarded: int = 0  # started early, finished before the block came: the answer thrown away
+    discarded_tokens: int = 0  # what those cost (their usage, as the server reported it)
+
+
+def check_path(turn: TurnInfo) -> Path:
+    """The path of one turn's checks (see the module doc)."""
+    checks = turn.checks
+    if not all(r.from_cache for r in checks.input):
+        return "input_miss"
+    if not all(r.from_cache for r in checks.output):
+        return "output_miss"
+    return "hit"
+
+
+def input_blocked(turn: TurnInfo) -> bool:
+    """An input rail refused the turn (so no main answer was wanted)."""
+    return any(not r.allowed for r in turn.checks.input)
+
+
+def main_work_on_block(turn: TurnInfo) -> MainWork:
+    """The main-model work spent on a turn an input rail blocked: nothing unless it started early."""
+    if not input_blocked(turn):
+        return MainWork()
+    cancelled = discarded = tokens = 0
+    seconds = 0.0
+    for call in turn.llm_calls:
+        if call.task != MAIN_TASK:
+            continue
+        if call.cancelled:
+            cancelled += 1
+            seconds += call.duration
+        else:
+            discarded += 1
+            tokens += call.total_tokens
+    return MainWork(cancelled, seconds, discarded, tokens)
+
+
+def main_call_seconds(turn: TurnInfo) -> float | None:
+    """How long the turn's main call took, when it ran to its answer (None otherwise)."""
+    for call in turn.llm_calls:
+        if call.task == MAIN_TASK and not call.cancelled:
+            return call.duration
+    return None
+
+
+__all__ = [
+    "MAIN_TASK",
+    "PATHS",
+    "MainWork",
+    "Path",
+    "check_path",
+    "input_blocked",
+    "main_call_seconds",
+    "main_work_on_block",
+]
