@@ -208,14 +208,12 @@ def report(after: Side, early: Side, wall: float) -> None:
         a, b = after.turns(missed), early.turns(missed)
         for q, label in ((0.5, "p50"), (0.95, "p95"), (0.99, "p99")):
             row(f"{kind} turns: latency {label}", pct(a, q), pct(b, q))
-    print(
-        f"{'miss turns: median per-turn ratio':34s} {'':21s} {paired_ratio(after, early, allowed_only=False):7.2f}x"
-    )
+    every = paired_ratio(after, early, allowed_only=False)
+    print(f"{'miss turns: median per-turn ratio':34s} {'':21s} {every:7.2f}x")
     allowed = paired_ratio(after, early, allowed_only=True)
     print(f"{'  allowed miss turns only':34s} {'':21s} {allowed:7.2f}x")
-    print(
-        f"{'  ideal, from their parts':34s} {'':21s} {ideal_ratio(after):7.2f}x  (max(in, main) + out) / (in + main + out)"
-    )
+    formula = "(max(in, main) + out) / (in + main + out)"
+    print(f"{'  ideal, from their parts':34s} {'':21s} {ideal_ratio(after):7.2f}x  {formula}")
     i, m, o = parts_p50(after)
     print(f"{'  parts p50 (after): in/main/out':34s} {i * 1000:.1f} / {m * 1000:.1f} / {o * 1000:.1f} ms")
     counts = [f"{len(s.turns(True))}/{len(s.turns(False))}/{s.blocked}" for s in (after, early)]
