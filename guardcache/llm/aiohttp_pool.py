@@ -47,7 +47,7 @@ from yarl import URL
 from guardcache.llm.pool import DEFAULT_LIMITS, USER_AGENT, normalize_base_url, shared_ssl_context
 from guardcache.llm.wire import Reply, WireError, WireKind
 
-try:  # ~3x faster than json for the request body; installed with the ``fast`` extra
+try:  # faster than json for the request body; installed with the ``server`` extra
     import orjson
 
     def _dumps(body: Mapping[str, Any]) -> bytes:

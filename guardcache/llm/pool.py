@@ -1,6 +1,14 @@
-"""One pooled ``httpx2.AsyncClient`` per (event loop, base URL).
+"""One pooled ``httpx2.AsyncClient`` per (event loop, base URL): the fallback transport; and which
+transport ChatClients use by default (:func:`default_pool`).
 
-Why httpx2: it is httpx's successor from the same authors, API-identical, and already installed with
+Since the aiohttp transport (:mod:`guardcache.llm.aiohttp_pool`) became the default, httpx2 carries
+the calls of ChatClients given ``transport=`` or ``http_client=`` (``httpx2.MockTransport`` in
+tests, custom network stacks) or a ``ClientPool``, and every call when
+``GUARDCACHE_HTTP_CLIENT=httpx2`` or aiohttp cannot be imported. Both implement
+:class:`~guardcache.llm.wire.WireLane`; the reasons below (pooling per loop, the admission gate,
+the idle bound) hold for both, and ``aiohttp_pool`` says where it differs.
+
+Why httpx2 (over httpx 0.28): it is httpx's successor from the same authors, API-identical, and already installed with
 langchain-core (through langsmith). httpx 0.28's httpcore 1.x pool rescans every connection several
 times per pool event, so a guard call cost the client 3 ms of CPU alone and 15-20 ms at 100-256
 concurrent checks; httpx2's pool makes one pass (measured: the demo's no-cache pass took 44.5 s with
@@ -278,7 +286,7 @@ _DEFAULT_POOL = ClientPool()
 
 HTTP_CLIENT_ENV = "GUARDCACHE_HTTP_CLIENT"
 """``aiohttp`` or ``httpx2``: the transport of ChatClients built without ``transport``,
-``http_client`` or ``pool``. Default: aiohttp when it is installed (the ``fast`` extra), else httpx2."""
+``http_client`` or ``pool``. Default: aiohttp (a core dependency) when it imports, else httpx2."""
 
 _default_wire: WirePool | None = None
 _default_lock = threading.Lock()
@@ -309,7 +317,7 @@ def _choose_default() -> WirePool:
         except ImportError:
             if wanted == "aiohttp":
                 raise ImportError(
-                    f"{HTTP_CLIENT_ENV}=aiohttp but aiohttp is not installed: pip install 'guardcache[fast]'"
+                    f"{HTTP_CLIENT_ENV}=aiohttp but aiohttp is not installed: pip install aiohttp"
                 ) from None
         else:
             return AiohttpPool()
