@@ -7,6 +7,10 @@ streams) in another child process. Every check is a cache hit after a warm-up pa
 
 Phases, all in one run:
 
+Phases 1 and 2 run each server set-up of ``VARIANTS`` side by side (``--variants`` picks): aiohttp
+upstream with httptools + uvloop (what the ``server`` extra runs), aiohttp with h11 + asyncio, and
+httpx2 with h11 + asyncio (the set-up before aiohttp was adopted).
+
 1. **Overhead** (concurrency 1): p50 of the same requests sent straight to the main emulator and
    through the server (input + output rails, both hits), interleaved in rounds; the difference is
    what the server adds. Target: <= 1 ms p50.
@@ -14,10 +18,11 @@ Phases, all in one run:
    streamed, and the server process's CPU per request (from /proc): ``1 / CPU per request`` is
    what one worker can serve when it has a core to itself (on this machine the load generator
    and the main emulator take the other core and part of this one). Target: >= 3,000/s per worker.
-3. **Where the time goes**: client CPU per upstream call (httpx2, which the library uses, and httpx
-   0.28; aiohttp when installed), measured alone in this process; with ``--profile`` the server
-   runs under cProfile during a throughput pass and the top functions and a per-package split of
-   its CPU are printed.
+3. **Where the time goes**: client CPU per upstream call (raw httpx2, httpx 0.28 and aiohttp, then
+   guardcache's ChatClient and SSE stream on the chosen transport: aiohttp unless
+   ``GUARDCACHE_HTTP_CLIENT=httpx2``), measured alone in this process (see also
+   bench_http_clients.py); with ``--profile`` the server runs under cProfile during a throughput
+   pass (that pass only) and the top functions and a per-package split of its CPU are printed.
 4. **NeMo Guardrails' server** on the same workload when ``nemoguardrails`` is installed (said so
    when it is not).
 
@@ -230,7 +235,7 @@ async def _client_cpu(url: str, n: int) -> dict[str, float | str]:
     import httpx as httpx1
     import httpx2
 
-    for name, module in (("httpx2 (the library's client)", httpx2), ("httpx 0.28", httpx1)):
+    for name, module in (("httpx2 (raw)", httpx2), ("httpx 0.28 (raw)", httpx1)):
         async with module.AsyncClient() as client:
             for _ in range(50):
                 await client.post(url, json=body)
@@ -252,17 +257,19 @@ async def _client_cpu(url: str, n: int) -> dict[str, float | str]:
             for _ in range(n):
                 async with session.post(url, json=body) as r:
                     await r.json()
-            results["aiohttp"] = (time.process_time() - cpu0) / n * 1e6
+            results["aiohttp (raw)"] = (time.process_time() - cpu0) / n * 1e6
     from guardcache.llm.client import ChatClient
+    from guardcache.llm.pool import default_pool
 
     client = ChatClient(url.rsplit("/chat/completions", 1)[0], model=MAIN_MODEL)
+    chosen = "aiohttp" if type(default_pool()).__name__ == "AiohttpPool" else "httpx2"
     msgs = [{"role": "user", "content": "hello"}]
     for _ in range(50):
         await client.complete(msgs, max_tokens=16)
     cpu0 = time.process_time()
     for _ in range(n):
         await client.complete(msgs, max_tokens=16)
-    results["ChatClient.complete (httpx2 + retries/deadline)"] = (time.process_time() - cpu0) / n * 1e6
+    results[f"ChatClient.complete ({chosen}, the chosen transport)"] = (time.process_time() - cpu0) / n * 1e6
     from guardcache.rails.main_llm import ClientLLM, StreamTotals
 
     main = ClientLLM(client, {"max_tokens": 16})
@@ -270,7 +277,7 @@ async def _client_cpu(url: str, n: int) -> dict[str, float | str]:
     for _ in range(n):
         async for _ in main.stream(msgs, StreamTotals()):
             pass
-    results["ClientLLM.stream (SSE over httpx2)"] = (time.process_time() - cpu0) / n * 1e6
+    results[f"ClientLLM.stream (SSE over {chosen})"] = (time.process_time() - cpu0) / n * 1e6
     from guardcache.llm.pool import aclose_all
 
     await aclose_all()

@@ -8,13 +8,13 @@ tests, custom network stacks) or a ``ClientPool``, and every call when
 :class:`~guardcache.llm.wire.WireLane`; the reasons below (pooling per loop, the admission gate,
 the idle bound) hold for both, and ``aiohttp_pool`` says where it differs.
 
-Why httpx2 (over httpx 0.28): it is httpx's successor from the same authors, API-identical, and already installed with
-langchain-core (through langsmith). httpx 0.28's httpcore 1.x pool rescans every connection several
-times per pool event, so a guard call cost the client 3 ms of CPU alone and 15-20 ms at 100-256
-concurrent checks; httpx2's pool makes one pass (measured: the demo's no-cache pass took 44.5 s with
-httpx and 9.9 s with httpx2, p50 turn latency 1582 ms vs 407 ms, same workload and machine). That one
-pass still probes each IDLE connection's socket (a syscall each), which is why the number of idle
-connections kept is bounded (see DEFAULT_LIMITS).
+Why httpx2 (over httpx 0.28): it is httpx's successor from the same authors, API-identical, and
+already installed with langchain-core (through langsmith). httpx 0.28's httpcore 1.x pool rescans
+every connection several times per pool event, so a guard call cost the client 3 ms of CPU alone and
+15-20 ms at 100-256 concurrent checks; httpx2's pool makes one pass (measured: the demo's no-cache
+pass took 44.5 s with httpx and 9.9 s with httpx2, p50 turn latency 1582 ms vs 407 ms, same workload
+and machine). That one pass still probes each IDLE connection's socket (a syscall each), which is
+why the number of idle connections kept is bounded (see DEFAULT_LIMITS).
 
 Why pool: a guard call is small and frequent; a fresh TCP (and TLS) connection per call can cost
 more than the call itself on a fast backend, undoing the latency the server's KV-cache reuse saves.

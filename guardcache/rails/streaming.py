@@ -146,8 +146,9 @@ class GuardedStream:
 
         For a caller that wants the reply in one piece (the server's plain requests): no producer
         task and no hand-off per piece, the turn's records scoped to the calling task as they are
-        to the producer's when iterating. Measured in ``guardcache serve`` at 100% hits: a task,
-        two queue hand-offs and their event-loop turns, ~6% of the server's CPU per plain request.
+        to the producer's when iterating. Measured in ``guardcache serve`` at 100% hits (cProfile
+        self time, bench_serve --profile): asyncio's queue and task functions were 5.1% of the
+        server's CPU per plain request, most of it this hand-off.
         Falls back to iterating when iteration already started.
         """
         if self._task is not None or self._closed:
