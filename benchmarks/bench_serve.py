@@ -7,6 +7,10 @@ streams) in another child process. Every check is a cache hit after a warm-up pa
 
 Phases, all in one run:
 
+Phases 1 and 2 run each server set-up of ``VARIANTS`` side by side (``--variants`` picks): aiohttp
+upstream with httptools + uvloop (what the ``server`` extra runs), aiohttp with h11 + asyncio, and
+httpx2 with h11 + asyncio (the set-up before aiohttp was adopted).
+
 1. **Overhead** (concurrency 1): p50 of the same requests sent straight to the main emulator and
    through the server (input + output rails, both hits), interleaved in rounds; the difference is
    what the server adds. Target: <= 1 ms p50.
@@ -14,10 +18,11 @@ Phases, all in one run:
    streamed, and the server process's CPU per request (from /proc): ``1 / CPU per request`` is
    what one worker can serve when it has a core to itself (on this machine the load generator
    and the main emulator take the other core and part of this one). Target: >= 3,000/s per worker.
-3. **Where the time goes**: client CPU per upstream call (httpx2, which the library uses, and httpx
-   0.28; aiohttp when installed), measured alone in this process; with ``--profile`` the server
-   runs under cProfile during a throughput pass and the top functions and a per-package split of
-   its CPU are printed.
+3. **Where the time goes**: client CPU per upstream call (raw httpx2, httpx 0.28 and aiohttp, then
+   guardcache's ChatClient and SSE stream on the chosen transport: aiohttp unless
+   ``GUARDCACHE_HTTP_CLIENT=httpx2``), measured alone in this process (see also
+   bench_http_clients.py); with ``--profile`` the server runs under cProfile during a throughput
+   pass (that pass only) and the top functions and a per-package split of its CPU are printed.
 4. **NeMo Guardrails' server** on the same workload when ``nemoguardrails`` is installed (said so
    when it is not).
 
@@ -230,7 +235,7 @@ async def _client_cpu(url: str, n: int) -> dict[str, float | str]:
     import httpx as httpx1
     import httpx2
 
-    for name, module in (("httpx2 (the library's client)", httpx2), ("httpx 0.28", httpx1)):
+    for name, module in (("httpx2 (raw)", httpx2), ("httpx 0.28 (raw)", httpx1)):
         async with module.AsyncClient() as client:
             for _ in range(50):
                 await client.post(url, json=body)
@@ -252,17 +257,19 @@ async def _client_cpu(url: str, n: int) -> dict[str, float | str]:
             for _ in range(n):
                 async with session.post(url, json=body) as r:
                     await r.json()
-            results["aiohttp"] = (time.process_time() - cpu0) / n * 1e6
+            results["aiohttp (raw)"] = (time.process_time() - cpu0) / n * 1e6
     from guardcache.llm.client import ChatClient
+    from guardcache.llm.pool import default_pool
 
     client = ChatClient(url.rsplit("/chat/completions", 1)[0], model=MAIN_MODEL)
+    chosen = "aiohttp" if type(default_pool()).__name__ == "AiohttpPool" else "httpx2"
     msgs = [{"role": "user", "content": "hello"}]
     for _ in range(50):
         await client.complete(msgs, max_tokens=16)
     cpu0 = time.process_time()
     for _ in range(n):
         await client.complete(msgs, max_tokens=16)
-    results["ChatClient.complete (httpx2 + retries/deadline)"] = (time.process_time() - cpu0) / n * 1e6
+    results[f"ChatClient.complete ({chosen}, the chosen transport)"] = (time.process_time() - cpu0) / n * 1e6
     from guardcache.rails.main_llm import ClientLLM, StreamTotals
 
     main = ClientLLM(client, {"max_tokens": 16})
@@ -270,7 +277,7 @@ async def _client_cpu(url: str, n: int) -> dict[str, float | str]:
     for _ in range(n):
         async for _ in main.stream(msgs, StreamTotals()):
             pass
-    results["ClientLLM.stream (SSE over httpx2)"] = (time.process_time() - cpu0) / n * 1e6
+    results[f"ClientLLM.stream (SSE over {chosen})"] = (time.process_time() - cpu0) / n * 1e6
     from guardcache.llm.pool import aclose_all
 
     await aclose_all()
@@ -281,7 +288,8 @@ async def _client_cpu(url: str, n: int) -> dict[str, float | str]:
 
 
 def serve_profiled(config: str, out: str) -> None:
-    """Run the server under cProfile until SIGTERM, then write the profile."""
+    """Run the server; profile (cProfile, CPU time) between SIGUSR1 and SIGUSR2, which writes the
+    profile: start-up, imports and the warm-up pass stay out of it."""
     import cProfile
 
     import uvicorn
@@ -291,21 +299,23 @@ def serve_profiled(config: str, out: str) -> None:
 
     configure_logging("info")
     app = create_app(ServeSettings(config=config, port=0))
-    # uvicorn handles SIGTERM (drain), restores this handler and re-raises the signal into it:
-    # a no-op lets the profile be written.
-    signal.signal(signal.SIGTERM, lambda *_: None)
-    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=0, log_config=None, access_log=False))
     profile = cProfile.Profile(time.process_time)  # CPU, not wall time (idle epoll waits are free)
-    profile.enable()
+
+    def stop(*_: object) -> None:
+        profile.disable()
+        profile.dump_stats(out)
+
+    signal.signal(signal.SIGUSR1, lambda *_: profile.enable())
+    signal.signal(signal.SIGUSR2, stop)
+    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=0, log_config=None, access_log=False))
     server.run()
-    profile.disable()
-    profile.dump_stats(out)
 
 
 PACKAGES = (
     ("uvicorn + h11 (HTTP server)", ("uvicorn", "h11")),
     ("starlette (routing, responses)", ("starlette",)),
     ("httpx2/httpcore2 + anyio (upstream HTTP client)", ("httpx2", "httpcore", "anyio", "sniffio", "h2")),
+    ("aiohttp + yarl + multidict (upstream HTTP client)", ("aiohttp", "yarl", "multidict")),
     ("guardcache.server", ("guardcache/server",)),
     (
         "guardcache rails/checks/cache/llm",
@@ -356,69 +366,98 @@ def summarize_profile(path: str, requests: int) -> str:
 # -- the benchmark ------------------------------------------------------------------------------------
 
 
-def latency_phase(main_url: str, serve_url: str, requests: int) -> None:
+CLIENT_ENV = "GUARDCACHE_HTTP_CLIENT"
+VARIANTS = {
+    # name: (serve arguments, environment)
+    "aiohttp + httptools/uvloop": (
+        ["--http", "httptools", "--loop", "uvloop"],
+        {"GUARDCACHE_HTTP_CLIENT": "aiohttp"},
+    ),
+    "aiohttp + h11/asyncio": (["--http", "h11", "--loop", "asyncio"], {"GUARDCACHE_HTTP_CLIENT": "aiohttp"}),
+    "httpx2 + h11/asyncio (before)": (
+        ["--http", "h11", "--loop", "asyncio"],
+        {"GUARDCACHE_HTTP_CLIENT": "httpx2"},
+    ),
+}
+"""Server set-ups compared side by side: the upstream client (``GUARDCACHE_HTTP_CLIENT``) and
+uvicorn's HTTP parser and event loop. The first is what ``pip install guardcache[server]`` runs."""
+
+
+def latency_phase(main_url: str, served: dict[str, str], requests: int) -> None:
     print("\n1. What the server adds to the main model's latency (concurrency 1, 100% hits)")
     rows: dict[tuple[str, str], list[float]] = {}
+    targets = {"alone": main_url, **served}
     for _ in range(2):  # two interleaved rounds
         for mode in ("plain", "stream"):
-            for target, url in (("alone", main_url), ("served", serve_url)):
+            for target, url in targets.items():
                 rows.setdefault((mode, target), []).extend(
                     run_load(url, mode, 1, count=requests)["latencies"]
                 )
     for mode in ("plain", "stream"):
-        alone, served = rows[(mode, "alone")], rows[(mode, "served")]
-        a50, s50 = statistics.median(alone) * 1e3, statistics.median(served) * 1e3
-        verdict = "PASS" if s50 - a50 <= 1.0 else "MISS"
-        print(
-            f"   {mode:<6} p50 main alone {a50:6.2f} ms | through serve {s50:6.2f} ms | "
-            f"added {s50 - a50:+.2f} ms (target <= 1 ms: {verdict}) | "
-            f"p90 {pct(alone, 0.9) * 1e3:.2f} vs {pct(served, 0.9) * 1e3:.2f} ms"
-        )
+        alone = rows[(mode, "alone")]
+        a50 = statistics.median(alone) * 1e3
+        print(f"   {mode:<6} p50 main alone {a50:6.2f} ms (p90 {pct(alone, 0.9) * 1e3:.2f} ms)")
+        for name in served:
+            got = rows[(mode, name)]
+            s50 = statistics.median(got) * 1e3
+            verdict = "PASS" if s50 - a50 <= 1.0 else "MISS"
+            print(
+                f"          {name:<30} p50 {s50:6.2f} ms, added {s50 - a50:+.2f} ms "
+                f"(target <= 1 ms: {verdict}); p90 {pct(got, 0.9) * 1e3:.2f} ms"
+            )
     print(
         "   (stream: the config checks the whole answer with its output rail, so the server sends it as "
         "one chunk while the main model alone sends one chunk per token: the client parses fewer events)"
     )
 
 
-def throughput_phase(main_url: str, serve_url: str, server: Child, args: argparse.Namespace) -> None:
+def throughput_phase(main_url: str, servers: dict[str, tuple[Child, str]], args: argparse.Namespace) -> None:
     print(f"\n2. Throughput through the server (concurrency {args.concurrency}, {args.seconds:g} s/pass)")
     for mode in ("plain", "stream"):
         direct = run_load(main_url, mode, args.concurrency, seconds=args.seconds)
-        cpu0 = cpu_seconds(server.proc.pid)
-        got = run_load(serve_url, mode, args.concurrency, seconds=args.seconds)
-        cpu = cpu_seconds(server.proc.pid) - cpu0
-        done = len(got["latencies"])
-        per_req = cpu / max(done, 1)
-        capacity = 1 / per_req if per_req else float("inf")
-        verdict = "PASS" if capacity >= 3000 else "MISS"
         alone_rate = len(direct["latencies"]) / direct["wall"]
-        client_us = got["client_cpu"] / max(done, 1) * 1e6
-        print(
-            f"   {mode:<6} {done / got['wall']:7.0f} req/s through serve (errors {got['errors']}), "
-            f"p50 {pct(got['latencies'], 0.5) * 1e3:.1f} ms; main alone {alone_rate:7.0f} req/s"
-        )
-        print(
-            f"          server CPU {per_req * 1e6:.0f} us/request -> {capacity:,.0f} req/s per worker "
-            f"with a core to itself (target >= 3,000: {verdict}); load generator {client_us:.0f} us/request"
-        )
+        print(f"   {mode}: main alone {alone_rate:7.0f} req/s")
+        base: float | None = None
+        for name, (server, serve_url) in servers.items():
+            cpu0 = cpu_seconds(server.proc.pid)
+            got = run_load(serve_url, mode, args.concurrency, seconds=args.seconds)
+            cpu = cpu_seconds(server.proc.pid) - cpu0
+            done = len(got["latencies"])
+            per_req = cpu / max(done, 1)
+            base = base if base is not None else per_req
+            capacity = 1 / per_req if per_req else float("inf")
+            verdict = "PASS" if capacity >= 3000 else "MISS"
+            print(
+                f"     {name:<30} {done / got['wall']:6.0f} req/s (errors {got['errors']}), p50 "
+                f"{pct(got['latencies'], 0.5) * 1e3:6.1f} ms | server CPU {per_req * 1e6:5.0f} us/request "
+                f"({per_req / base:4.2f}x the first) -> {capacity:6,.0f} req/s per worker with a core "
+                f"to itself (target >= 3,000: {verdict})"
+            )
 
 
 def profile_phase(config: Path, tmp: str, args: argparse.Namespace) -> None:
     print(
         f"\n   Profiled server (cProfile, CPU time, concurrency {args.concurrency}, "
-        f"plain, {args.seconds:g} s):"
+        f"plain, {args.seconds:g} s, the measured pass only):"
     )
-    out = str(Path(tmp) / "serve.prof")
-    profiled = Child([args.server_python, __file__, "--serve-profiled", str(config), out])
+    out = Path(args.profile_out or Path(tmp) / "serve.prof")
+    out.unlink(missing_ok=True)
+    profiled = Child([args.server_python, __file__, "--serve-profiled", str(config), str(out)])
     try:
         port = profiled.port()
         wait_ready(f"http://127.0.0.1:{port}/health/ready")
         url = f"http://127.0.0.1:{port}/v1"
         run_load(url, "plain", 4, count=len(MESSAGES) * 2)
+        profiled.proc.send_signal(signal.SIGUSR1)
         got = run_load(url, "plain", args.concurrency, seconds=args.seconds)
+        profiled.proc.send_signal(signal.SIGUSR2)
+        deadline = time.monotonic() + 30
+        while not out.exists() and time.monotonic() < deadline:
+            time.sleep(0.1)
+        time.sleep(0.5)  # the dump is written in one go; let it finish
     finally:
         profiled.stop()
-    print(summarize_profile(out, len(got["latencies"]) + len(MESSAGES) * 2))
+    print(summarize_profile(str(out), len(got["latencies"])))
 
 
 def main() -> int:
@@ -436,6 +475,13 @@ def main() -> int:
         help="the interpreter running the server (e.g. a venv with uvloop and httptools, which uvicorn "
         "then uses)",
     )
+    parser.add_argument(
+        "--variants",
+        nargs="*",
+        choices=list(VARIANTS),
+        help="server set-ups for phases 1-2 (default: all, side by side)",
+    )
+    parser.add_argument("--profile-out", help="keep the server's profile in this file (pstats)")
     parser.add_argument("--phases", default="1234", help="which phases to run (default 1234)")
     parser.add_argument("--load-worker", help=argparse.SUPPRESS)
     parser.add_argument("--serve-profiled", nargs=2, help=argparse.SUPPRESS)
@@ -462,23 +508,29 @@ def main() -> int:
         main_url = f"http://127.0.0.1:{main_emu.port}/v1"
         config = write_config(Path(tmp) / "bench", main_url, f"http://127.0.0.1:{guard_emu.port}/v1")
         if "1" in args.phases or "2" in args.phases:
-            server = Child(
-                [args.server_python, "-m", "guardcache", "serve", "--config", str(config), "--port", "0"]
-            )
+            chosen = {name: VARIANTS[name] for name in VARIANTS if not args.variants or name in args.variants}
+            servers: dict[str, tuple[Child, str]] = {}
             try:
-                port = server.port()
-                serve_url = f"http://127.0.0.1:{port}/v1"
-                wait_ready(f"http://127.0.0.1:{port}/health/ready")
-                run_load(serve_url, "plain", 4, count=len(MESSAGES) * 4)  # every check cached from here on
+                for name, (extra_args, env) in chosen.items():
+                    cmd = [args.server_python, "-m", "guardcache", "serve", "--config", str(config)]
+                    server = Child([*cmd, "--port", "0", *extra_args], env=env)
+                    port = server.port()
+                    servers[name] = (server, f"http://127.0.0.1:{port}/v1")
+                    wait_ready(f"http://127.0.0.1:{port}/health/ready")
+                    # every check cached from here on
+                    run_load(servers[name][1], "plain", 4, count=len(MESSAGES) * 4)
                 guard_calls = guard_emu.stats().requests_by_endpoint.get("chat.completions", 0)
                 if "1" in args.phases:
-                    latency_phase(main_url, serve_url, args.latency_requests)
+                    latency_phase(
+                        main_url, {n: url for n, (_, url) in servers.items()}, args.latency_requests
+                    )
                 if "2" in args.phases:
-                    throughput_phase(main_url, serve_url, server, args)
+                    throughput_phase(main_url, servers, args)
                 extra = guard_emu.stats().requests_by_endpoint.get("chat.completions", 0) - guard_calls
                 print(f"   guard backend calls during the measured passes: {extra} (100% hits: 0 expected)")
             finally:
-                server.stop()
+                for server, _ in servers.values():
+                    server.stop()
         if "3" in args.phases:
             print("\n3. Client CPU per upstream call (this process, sequential, to the main emulator)")
             for name, value in asyncio.run(_client_cpu(f"{main_url}/chat/completions", 500)).items():

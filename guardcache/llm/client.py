@@ -54,6 +54,7 @@ from guardcache.llm.response import MalformedResponse, error_summary, parse_usag
 from guardcache.llm.retry import RETRY_AFTER_STATUSES, RetryPolicy, parse_retry_after
 from guardcache.llm.transport import TransportSettings, validate_base_url
 from guardcache.llm.types import ChatResult
+from guardcache.llm.wire import Reply, WireError, WireKind, WireLane, WirePool
 
 logger = logging.getLogger(__name__)
 
@@ -149,7 +150,10 @@ class ChatClient:
             The client wrapping it is owned, and closed (with the transport) by :meth:`aclose`.
         http_client: an AsyncClient to use as is; not owned, never closed here, and without the
             pool's admission gate. Must belong to the loop the calls run on.
-        pool: where to get a shared AsyncClient when neither of the two above is given.
+        pool: where to get a shared connection pool when neither of the two above is given
+            (:class:`~guardcache.llm.pool.ClientPool` for httpx2,
+            :class:`~guardcache.llm.aiohttp_pool.AiohttpPool` for aiohttp); default: the process's
+            (aiohttp when installed, see :func:`~guardcache.llm.pool.default_pool`).
         sleep: the coroutine used to wait between retries (tests inject one to record delays).
 
     The instance holds no loop-bound resource when it uses the pool, so one ChatClient can serve
@@ -170,7 +174,7 @@ class ChatClient:
         default_headers: Mapping[str, str] | None = None,
         transport: httpx2.AsyncBaseTransport | None = None,
         http_client: httpx2.AsyncClient | None = None,
-        pool: ClientPool | None = None,
+        pool: WirePool | None = None,
         sleep: Callable[[float], Awaitable[None]] | None = None,
     ) -> None:
         if transport is not None and http_client is not None:
@@ -200,14 +204,19 @@ class ChatClient:
         self.retry = retry if retry is not None else RetryPolicy()
         self.default_params: dict[str, Any] = dict(default_params or {})
         self._has_api_key = bool(api_key)
-        self._headers = {"Accept": "application/json", **(default_headers or {})}
+        # Content-Type is set here once (httpx2 sets the same from json=; aiohttp gets bytes).
+        self._headers = {
+            "Accept": "application/json",
+            "Content-Type": "application/json",
+            **(default_headers or {}),
+        }
         if api_key:
             self._headers["Authorization"] = f"Bearer {api_key}"
         self._http_client = http_client
-        self._fixed_lane = Lane(http_client, None) if http_client is not None else None
+        self._fixed_lane: WireLane | None = Lane(http_client, None) if http_client is not None else None
         # A transport gets a private pool (per loop, like the shared one) that this instance owns.
         self._owned_pool = ClientPool(transport=transport) if transport is not None else None
-        self._pool = self._owned_pool or (pool if pool is not None else default_pool())
+        self._pool: WirePool = self._owned_pool or (pool if pool is not None else default_pool())
         self._sleep = sleep if sleep is not None else asyncio.sleep
         self.retry_log = RateLimitedLog(logger, interval=RETRY_LOG_INTERVAL)
 
@@ -361,31 +370,19 @@ class ChatClient:
         try:
             if lane.gate is None:
                 call.phase = "request in flight"
-                response = await lane.client.post(
-                    self.url, json=body, headers=self._headers, timeout=self.timeout
-                )
+                response = await lane.post(self.url, body, self._headers, self.timeout)
             else:
                 call.phase = "queued for a connection"
                 async with lane.gate:
                     call.phase = "request in flight"
-                    response = await lane.client.post(
-                        self.url, json=body, headers=self._headers, timeout=self.timeout
-                    )
-        except httpx2.TransportError as exc:
-            return self._classify_transport(exc)
-        except httpx2.DecodingError as exc:  # a body the content-encoding cannot decode
-            return _Failure(
-                BackendProtocolError,
-                f"{self.url} sent a body that could not be decoded ({type(exc).__name__})",
-                "undecodable body",
-                retryable=False,
-                cause=exc,
-            )
+                    response = await lane.post(self.url, body, self._headers, self.timeout)
+        except WireError as exc:
+            return self._classify_wire(exc)
         if not response.is_success:
             return self._classify_status(response)
         return self._parse(response)
 
-    def _lane(self) -> Lane:
+    def _lane(self) -> WireLane:
         if self._fixed_lane is not None:
             return self._fixed_lane
         return self._pool.lane(self.base_url)
@@ -402,24 +399,22 @@ class ChatClient:
             url=self.url,
         )
 
-    def _classify_transport(self, exc: httpx2.TransportError) -> _Failure:
-        kind = type(exc).__name__
-        # OS and timeout messages ("[Errno 111] Connection refused") say what happened; protocol
-        # errors can quote bytes the server sent (h11's "illegal status line: ..."), so only
-        # their class is shown.
-        detail = str(exc) if isinstance(exc, httpx2.NetworkError | httpx2.TimeoutException) else ""
-        reason = f"{kind}: {detail[:200]}" if detail else kind
+    def _classify_wire(self, exc: WireError) -> _Failure:
+        """A transport failure (see :class:`~guardcache.llm.wire.WireKind`) as a failed attempt."""
+        kind = exc.kind
+        reason = str(exc)  # the library's class, and its text only when that cannot quote the server
+        cause = exc.__cause__ or exc
         retry = self.retry
-        if isinstance(exc, httpx2.ConnectTimeout):
+        if kind is WireKind.CONNECT_TIMEOUT:
             return _Failure(
                 BackendConnectionError,
                 f"could not connect to {self.url} within {self.timeout.connect} s (connect "
                 "timeout); check that the server is up and reachable and that base_url is right",
                 reason,
                 retry.retry_connect_errors,
-                cause=exc,
+                cause=cause,
             )
-        if isinstance(exc, httpx2.PoolTimeout):
+        if kind is WireKind.POOL_TIMEOUT:
             # Our own pool is saturated: retrying would only add to the queue.
             return _Failure(
                 BackendTimeoutError,
@@ -428,10 +423,10 @@ class ChatClient:
                 "httpx2.Limits.max_connections",
                 reason,
                 False,
-                cause=exc,
+                cause=cause,
             )
-        if isinstance(exc, httpx2.TimeoutException):  # ReadTimeout, WriteTimeout
-            phase = "write" if isinstance(exc, httpx2.WriteTimeout) else "read"
+        if kind is WireKind.READ_TIMEOUT or kind is WireKind.WRITE_TIMEOUT:
+            phase = "write" if kind is WireKind.WRITE_TIMEOUT else "read"
             limit = self.timeout.write if phase == "write" else self.timeout.read
             return _Failure(
                 BackendTimeoutError,
@@ -440,18 +435,18 @@ class ChatClient:
                 "check the server's load or raise the timeout",
                 reason,
                 retry.retry_read_timeouts,
-                cause=exc,
+                cause=cause,
             )
-        if isinstance(exc, httpx2.ConnectError):
+        if kind is WireKind.CONNECT:
             return _Failure(
                 BackendConnectionError,
                 f"could not connect to {self.url} ({reason}); check that the server is "
                 "running and that base_url is right",
                 reason,
                 retry.retry_connect_errors,
-                cause=exc,
+                cause=cause,
             )
-        if isinstance(exc, httpx2.RemoteProtocolError | httpx2.ReadError | httpx2.WriteError):
+        if kind is WireKind.DROPPED:
             # Typically a keep-alive connection the server (or a proxy) closed while idle.
             return _Failure(
                 BackendConnectionError,
@@ -459,26 +454,34 @@ class ChatClient:
                 "check the server's logs (crash, restart, proxy idle timeout)",
                 reason,
                 retry.retry_connect_errors,
-                cause=exc,
+                cause=cause,
             )
-        if isinstance(exc, httpx2.UnsupportedProtocol):
+        if kind is WireKind.UNSUPPORTED:
             return _Failure(
                 BackendConnectionError,
                 f"invalid base_url {self.base_url!r} ({reason}); it must start with http:// or "
                 "https://, e.g. http://localhost:8000/v1",
                 reason,
                 False,
-                cause=exc,
+                cause=cause,
             )
-        return _Failure(  # ProxyError, LocalProtocolError, CloseError...: not a transient state
+        if kind is WireKind.DECODE:
+            return _Failure(
+                BackendProtocolError,
+                f"{self.url} sent a body that could not be decoded ({exc.name})",
+                "undecodable body",
+                retryable=False,
+                cause=cause,
+            )
+        return _Failure(  # proxy errors, local protocol errors...: not a transient state
             BackendConnectionError,
             f"the request to {self.url} failed ({reason}); check the proxy and network setup",
             reason,
             False,
-            cause=exc,
+            cause=cause,
         )
 
-    def _classify_status(self, response: httpx2.Response) -> _Failure:
+    def _classify_status(self, response: Reply) -> _Failure:
         status = response.status_code
         # The standard phrase, not the server's: a status line is server text like any other.
         try:
@@ -530,7 +533,7 @@ class ChatClient:
     def _param_names(self) -> list[str]:
         return ["model", "messages", *sorted(self.default_params)]
 
-    def _parse(self, response: httpx2.Response) -> ChatResult | _Failure:
+    def _parse(self, response: Reply) -> ChatResult | _Failure:
         try:
             completion = read_completion(response.json())
         except MalformedResponse as exc:

@@ -1,12 +1,20 @@
-"""One pooled ``httpx2.AsyncClient`` per (event loop, base URL).
+"""One pooled ``httpx2.AsyncClient`` per (event loop, base URL): the fallback transport; and which
+transport ChatClients use by default (:func:`default_pool`).
 
-Why httpx2: it is httpx's successor from the same authors, API-identical, and already installed with
-langchain-core (through langsmith). httpx 0.28's httpcore 1.x pool rescans every connection several
-times per pool event, so a guard call cost the client 3 ms of CPU alone and 15-20 ms at 100-256
-concurrent checks; httpx2's pool makes one pass (measured: the demo's no-cache pass took 44.5 s with
-httpx and 9.9 s with httpx2, p50 turn latency 1582 ms vs 407 ms, same workload and machine). That one
-pass still probes each IDLE connection's socket (a syscall each), which is why the number of idle
-connections kept is bounded (see DEFAULT_LIMITS).
+Since the aiohttp transport (:mod:`guardcache.llm.aiohttp_pool`) became the default, httpx2 carries
+the calls of ChatClients given ``transport=`` or ``http_client=`` (``httpx2.MockTransport`` in
+tests, custom network stacks) or a ``ClientPool``, and every call when
+``GUARDCACHE_HTTP_CLIENT=httpx2`` or aiohttp cannot be imported. Both implement
+:class:`~guardcache.llm.wire.WireLane`; the reasons below (pooling per loop, the admission gate,
+the idle bound) hold for both, and ``aiohttp_pool`` says where it differs.
+
+Why httpx2 (over httpx 0.28): it is httpx's successor from the same authors, API-identical, and
+already installed with langchain-core (through langsmith). httpx 0.28's httpcore 1.x pool rescans
+every connection several times per pool event, so a guard call cost the client 3 ms of CPU alone and
+15-20 ms at 100-256 concurrent checks; httpx2's pool makes one pass (measured: the demo's no-cache
+pass took 44.5 s with httpx and 9.9 s with httpx2, p50 turn latency 1582 ms vs 407 ms, same workload
+and machine). That one pass still probes each IDLE connection's socket (a syscall each), which is
+why the number of idle connections kept is bounded (see DEFAULT_LIMITS).
 
 Why pool: a guard call is small and frequent; a fresh TCP (and TLS) connection per call can cost
 more than the call itself on a fast backend, undoing the latency the server's KV-cache reuse saves.
@@ -43,12 +51,18 @@ or the sockets are only reclaimed when the garbage collector finds them.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
+import os
 import ssl
 import threading
 import weakref
+from collections.abc import AsyncIterator, Mapping
+from typing import Any
 
 import httpx2
+
+from guardcache.llm.wire import Reply, WireError, WireKind, WirePool
 
 DEFAULT_LIMITS = httpx2.Limits(max_connections=100, max_keepalive_connections=32, keepalive_expiry=4.0)
 """Up to 100 concurrent requests per backend before requests queue (FIFO, in the pool's admission
@@ -89,7 +103,8 @@ ADMISSION_FACTOR = 2
 class Lane:
     """The shared client of one base URL on one loop, and the gate that admits requests to it.
 
-    ``gate`` is None when the limits set no ``max_connections`` (nothing to queue for).
+    ``gate`` is None when the limits set no ``max_connections`` (nothing to queue for). Implements
+    :class:`~guardcache.llm.wire.WireLane`: httpx2's exceptions come out as ``WireError``.
     """
 
     __slots__ = ("client", "gate")
@@ -97,6 +112,86 @@ class Lane:
     def __init__(self, client: httpx2.AsyncClient, gate: asyncio.Semaphore | None) -> None:
         self.client = client
         self.gate = gate
+
+    async def post(
+        self, url: str, body: Mapping[str, Any], headers: Mapping[str, str], phases: httpx2.Timeout
+    ) -> Reply:
+        try:
+            return await self.client.post(url, json=body, headers=headers, timeout=phases)
+        except (httpx2.TransportError, httpx2.DecodingError) as exc:
+            raise wire_error(exc) from exc
+
+    @contextlib.asynccontextmanager
+    async def stream(
+        self, url: str, body: Mapping[str, Any], headers: Mapping[str, str], phases: httpx2.Timeout
+    ) -> AsyncIterator[_HttpxStream]:
+        client = self.client
+        try:
+            request = client.build_request("POST", url, json=body, headers=headers, timeout=phases)
+            response = await client.send(request, stream=True)
+        except (httpx2.TransportError, httpx2.DecodingError) as exc:
+            raise wire_error(exc) from exc
+        try:
+            yield _HttpxStream(response)
+        finally:
+            await response.aclose()
+
+
+class _HttpxStream:
+    __slots__ = ("response",)
+
+    def __init__(self, response: httpx2.Response) -> None:
+        self.response = response
+
+    @property
+    def status_code(self) -> int:
+        return self.response.status_code
+
+    @property
+    def is_success(self) -> bool:
+        return self.response.is_success
+
+    async def read(self) -> Reply:
+        try:
+            await self.response.aread()
+        except (httpx2.TransportError, httpx2.DecodingError) as exc:
+            raise wire_error(exc) from exc
+        return self.response
+
+    async def lines(self) -> AsyncIterator[str]:
+        try:
+            async for line in self.response.aiter_lines():
+                yield line
+        except (httpx2.TransportError, httpx2.DecodingError) as exc:
+            raise wire_error(exc) from exc
+
+
+def wire_error(exc: httpx2.TransportError | httpx2.DecodingError) -> WireError:
+    """httpx2's exception as the client's classification (see :class:`WireKind`)."""
+    name = type(exc).__name__
+    # OS and timeout messages ("[Errno 111] Connection refused") say what happened; protocol
+    # errors can quote bytes the server sent (h11's "illegal status line: ..."), so only their
+    # class is kept.
+    detail = str(exc)[:200] if isinstance(exc, httpx2.NetworkError | httpx2.TimeoutException) else ""
+    if isinstance(exc, httpx2.DecodingError):
+        kind = WireKind.DECODE
+    elif isinstance(exc, httpx2.ConnectTimeout):
+        kind = WireKind.CONNECT_TIMEOUT
+    elif isinstance(exc, httpx2.PoolTimeout):
+        kind = WireKind.POOL_TIMEOUT
+    elif isinstance(exc, httpx2.WriteTimeout):
+        kind = WireKind.WRITE_TIMEOUT
+    elif isinstance(exc, httpx2.TimeoutException):
+        kind = WireKind.READ_TIMEOUT
+    elif isinstance(exc, httpx2.ConnectError):
+        kind = WireKind.CONNECT
+    elif isinstance(exc, httpx2.RemoteProtocolError | httpx2.ReadError | httpx2.WriteError):
+        kind = WireKind.DROPPED
+    elif isinstance(exc, httpx2.UnsupportedProtocol):
+        kind = WireKind.UNSUPPORTED
+    else:  # ProxyError, LocalProtocolError, CloseError...
+        kind = WireKind.OTHER
+    return WireError(kind, name, detail)
 
 
 class ClientPool:
@@ -189,29 +284,68 @@ class ClientPool:
 
 _DEFAULT_POOL = ClientPool()
 
+HTTP_CLIENT_ENV = "GUARDCACHE_HTTP_CLIENT"
+"""``aiohttp`` or ``httpx2``: the transport of ChatClients built without ``transport``,
+``http_client`` or ``pool``. Default: aiohttp (a core dependency) when it imports, else httpx2."""
 
-def default_pool() -> ClientPool:
-    """The process-wide pool every ChatClient uses unless given a transport or a client."""
+_default_wire: WirePool | None = None
+_default_lock = threading.Lock()
+
+
+def default_pool() -> WirePool:
+    """The process-wide pool every ChatClient uses unless given a transport, a client or a pool.
+
+    aiohttp's when it is installed (about 4-5x less client CPU per call, see
+    :mod:`guardcache.llm.wire`), unless ``GUARDCACHE_HTTP_CLIENT=httpx2``; httpx2's otherwise.
+    Chosen once per process, on first use.
+    """
+    global _default_wire
+    if _default_wire is None:
+        with _default_lock:
+            if _default_wire is None:
+                _default_wire = _choose_default()
+    return _default_wire
+
+
+def _choose_default() -> WirePool:
+    wanted = os.environ.get(HTTP_CLIENT_ENV, "").strip().lower()
+    if wanted not in ("", "aiohttp", "httpx2"):
+        raise ValueError(f"{HTTP_CLIENT_ENV}={wanted!r}: expected aiohttp or httpx2")
+    if wanted != "httpx2":
+        try:
+            from guardcache.llm.aiohttp_pool import AiohttpPool
+        except ImportError:
+            if wanted == "aiohttp":
+                raise ImportError(
+                    f"{HTTP_CLIENT_ENV}=aiohttp but aiohttp is not installed: pip install aiohttp"
+                ) from None
+        else:
+            return AiohttpPool()
     return _DEFAULT_POOL
 
 
 def get_http_client(base_url: str) -> httpx2.AsyncClient:
-    """The shared AsyncClient for ``base_url`` on the running loop (see :class:`ClientPool`)."""
+    """The shared httpx2 AsyncClient for ``base_url`` on the running loop (see :class:`ClientPool`)."""
     return _DEFAULT_POOL.get(base_url)
 
 
 async def aclose_all() -> None:
-    """Close the default pool's clients of the running loop; call it before the loop ends."""
+    """Close the default pools' clients of the running loop; call it before the loop ends."""
     await _DEFAULT_POOL.aclose_all()
+    if _default_wire is not None and _default_wire is not _DEFAULT_POOL:
+        await _default_wire.aclose_all()
 
 
 __all__ = [
     "ADMISSION_FACTOR",
     "DEFAULT_LIMITS",
+    "HTTP_CLIENT_ENV",
     "ClientPool",
     "Lane",
+    "WirePool",
     "aclose_all",
     "default_pool",
     "get_http_client",
     "normalize_base_url",
+    "wire_error",
 ]

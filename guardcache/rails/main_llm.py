@@ -21,12 +21,11 @@ import time
 from collections.abc import AsyncIterator, Mapping, Sequence
 from typing import Any, Protocol
 
-import httpx2
-
 from guardcache.errors import BackendError, BackendProtocolError, BackendTimeoutError
 from guardcache.llm.client import ChatClient
 from guardcache.llm.response import parse_usage
 from guardcache.llm.types import ChatResult, Usage
+from guardcache.llm.wire import WireError
 
 
 class StreamTotals:
@@ -105,43 +104,32 @@ class ClientLLM:
 async def _sse_deltas(
     client: ChatClient, body: Mapping[str, Any], totals: StreamTotals
 ) -> AsyncIterator[str]:
-    # ChatClient has no public streaming call yet: this uses its lane (pooled AsyncClient and
-    # admission gate), headers, timeouts and failure classification, so a stream fails exactly as
-    # a plain call does.
+    # ChatClient has no public streaming call yet: this uses its lane (pooled connections and
+    # admission gate, aiohttp or httpx2), headers, timeouts and failure classification, so a stream
+    # fails exactly as a plain call does.
     lane = client._lane()
     gate = lane.gate
     if gate is not None:
         await gate.acquire()
     try:
-        try:
-            request = lane.client.build_request(
-                "POST", client.url, json=body, headers=client._headers, timeout=client.timeout
-            )
-            response = await lane.client.send(request, stream=True)
-        except httpx2.TransportError as exc:
-            failure = client._classify_transport(exc)
-            raise client._error(failure, 1) from exc
-        try:
+        async with lane.stream(client.url, body, client._headers, client.timeout) as response:
             if not response.is_success:
-                await response.aread()
-                raise client._error(client._classify_status(response), 1)
-            async for delta in _read_events(client, response, totals):
+                raise client._error(client._classify_status(await response.read()), 1)
+            async for delta in _read_events(client, response.lines(), totals):
                 yield delta
-        except httpx2.TransportError as exc:
-            failure = client._classify_transport(exc)
-            raise client._error(failure, 1) from exc
-        finally:
-            await response.aclose()
+    except WireError as exc:
+        raise client._error(client._classify_wire(exc), 1) from exc.__cause__
     finally:
         if gate is not None:
             gate.release()
 
 
 async def _read_events(
-    client: ChatClient, response: httpx2.Response, totals: StreamTotals
+    client: ChatClient, lines: AsyncIterator[str], totals: StreamTotals
 ) -> AsyncIterator[str]:
     done = False
-    async for line in response.aiter_lines():
+    loads = json.loads
+    async for line in lines:
         if not line.startswith("data:"):
             continue  # blank separators, ": keep-alive" comments, "event:" fields
         data = line[5:].strip()
@@ -149,7 +137,7 @@ async def _read_events(
             done = True
             break
         try:
-            event = json.loads(data)
+            event = loads(data)
         except ValueError:
             raise _protocol(client, "an event that is not JSON") from None
         if not isinstance(event, dict):

@@ -21,11 +21,13 @@ import logging
 import re
 import time
 import uuid
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from contextvars import ContextVar
 from typing import Any
 
 from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import Response
 from starlette.routing import Route
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
@@ -39,6 +41,7 @@ from guardcache.server.settings import ServeSettings, load_configs
 
 log = logging.getLogger("guardcache.server")
 
+ChatHandler = Callable[[Request], Awaitable[Response]]
 REQUEST_ID: ContextVar[str] = ContextVar("guardcache_request_id", default="-")
 _SANE_ID = re.compile(r"[A-Za-z0-9._:-]{1,128}")
 CHAT_PATH = "/v1/chat/completions"
@@ -157,10 +160,18 @@ class ServerState:
 
 
 class OperationsMiddleware:
-    """Request ids, client auth, body limit, concurrency limit (see the module docstring)."""
+    """Request ids, client auth, body limit, concurrency limit (see the module docstring).
 
-    def __init__(self, app: ASGIApp, state: ServerState) -> None:
+    ``chat`` (the chat route's handler) is called directly for ``POST /v1/chat/completions``
+    rather than through Starlette's middleware stack and router: that stack (error and exception
+    middleware, route matching, the request/response wrapper) was ~8% of the server's CPU per
+    request at 100% hits, for a route that needs none of it. Other routes and methods (405) go
+    through Starlette.
+    """
+
+    def __init__(self, app: ASGIApp, state: ServerState, chat: ChatHandler | None = None) -> None:
         self.app = app
+        self.chat = chat
         self.state = state
         self.limit = state.settings.max_concurrency
         self.max_body = state.settings.max_body_bytes
@@ -243,7 +254,11 @@ class OperationsMiddleware:
             gauge = state.metrics.in_flight
             gauge.inc()
             try:
-                await self.app(scope, receive, send_with_id)
+                if self.chat is not None and scope["method"] == "POST":
+                    response = await self.chat(Request(scope, receive))
+                    await response(scope, receive, send_with_id)
+                else:
+                    await self.app(scope, receive, send_with_id)
             finally:
                 state.in_flight -= 1
                 gauge.dec()
@@ -284,7 +299,7 @@ def create_app(settings: ServeSettings, rails: Mapping[str, LLMRails] | None = N
     ]
     app = Starlette(routes=routes, lifespan=lifespan, exception_handlers={404: _not_found, 405: _not_allowed})
     app.state.guardcache = state
-    return OperationsMiddleware(app, state)
+    return OperationsMiddleware(app, state, chat=handlers.chat)
 
 
 async def _not_found(request: Any, exc: Exception) -> Any:

@@ -52,6 +52,18 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     )
     p.add_argument("--no-warm-up", action="store_true", help="do not prime the guard backends at start-up")
     p.add_argument("--access-log", action="store_true", help="log every request (uvicorn's access log)")
+    p.add_argument(
+        "--http",
+        choices=("auto", "httptools", "h11"),
+        default="auto",
+        help="uvicorn's HTTP parser (default auto: httptools when installed, as the server extra does)",
+    )
+    p.add_argument(
+        "--loop",
+        choices=("auto", "uvloop", "asyncio"),
+        default="auto",
+        help="the event loop (default auto: uvloop when installed, as the server extra does)",
+    )
     p.set_defaults(func=run)
 
 
@@ -84,6 +96,8 @@ def run(args: argparse.Namespace) -> int:
         "timeout_graceful_shutdown": settings.shutdown_timeout,
         "lifespan": "on",
         "server_header": False,
+        "http": getattr(args, "http", "auto"),
+        "loop": getattr(args, "loop", "auto"),
     }
     try:
         if settings.workers == 1:

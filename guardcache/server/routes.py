@@ -45,13 +45,21 @@ PROBE_TTL = 1.0
 PROBE_TIMEOUT = 0.5
 
 
+try:  # the server extra installs it: ~5x faster than json for a completion body
+    import orjson
+
+    def _dumps(body: Any) -> bytes:
+        return orjson.dumps(body)
+
+except ImportError:  # pragma: no cover - depends on the environment
+
+    def _dumps(body: Any) -> bytes:
+        return json.dumps(body, ensure_ascii=False, separators=(",", ":")).encode()
+
+
 def json_response(body: Any, status: int = 200, headers: dict[str, str] | None = None) -> Response:
-    return Response(
-        json.dumps(body, ensure_ascii=False, separators=(",", ":")).encode(),
-        status_code=status,
-        headers=headers,
-        media_type="application/json",
-    )
+    """Compact UTF-8 JSON (the same bytes with or without orjson)."""
+    return Response(_dumps(body), status_code=status, headers=headers, media_type="application/json")
 
 
 def error_response(exc: RequestError) -> Response:
@@ -78,17 +86,10 @@ class Handlers:
         rails = state.rails[config_id]
         model = state.main_models[config_id]
         stream = rails.stream_async(messages=chat.messages, stream_main=chat.stream, **chat.params)
-        try:
-            first = await _first(stream)
-        except BaseException as exc:
-            await stream.aclose()
-            return self._failed(config_id, exc, started, "stream" if chat.stream else "plain")
-        headers = {"X-Guardcache-Blocked": stream.blocked} if stream.blocked else None
         if not chat.stream:
-            text = first or ""
+            # The whole turn in this task (no producer task, no queue): see GuardedStream.complete.
             try:
-                async for piece in stream:  # none for a plain turn; kept for safety
-                    text += piece
+                text = await stream.complete()
             except BaseException as exc:
                 await stream.aclose()
                 return self._failed(config_id, exc, started, "plain")
@@ -101,7 +102,14 @@ class Handlers:
                 stream.usage,
                 _extension(stream, config_id),
             )
+            headers = {"X-Guardcache-Blocked": stream.blocked} if stream.blocked else None
             return json_response(body, headers=headers)
+        try:
+            first = await _first(stream)
+        except BaseException as exc:
+            await stream.aclose()
+            return self._failed(config_id, exc, started, "stream")
+        headers = {"X-Guardcache-Blocked": stream.blocked} if stream.blocked else None
         return StreamingResponse(
             self._events(config_id, model, stream, first, chat.include_usage, started),
             media_type="text/event-stream",

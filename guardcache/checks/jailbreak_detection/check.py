@@ -10,8 +10,6 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import Any
 
-import httpx2
-
 from guardcache.cache import CacheInterface, Namespace
 from guardcache.checks.check import WARM_UP_TEXTS, CheckOutcome, TurnTexts, Unreadable, digest, run_cached
 from guardcache.checks.verdict import CachedCheck, Verdict
@@ -21,6 +19,7 @@ from guardcache.flows import FlowSpec
 from guardcache.llm.client import ChatClient
 from guardcache.llm.transport import validate_base_url
 from guardcache.llm.types import ChatResult, Usage
+from guardcache.llm.wire import Reply
 
 MODEL = "nvidia/nemoguard-jailbreak-detect"
 
@@ -36,7 +35,7 @@ class ClassifyClient(ChatClient):
     async def classify(self, text: str, deadline: float | None = None) -> ChatResult:
         return await self.send({"input": text}, deadline=deadline)
 
-    def _parse(self, response: httpx2.Response) -> ChatResult:
+    def _parse(self, response: Reply) -> ChatResult:
         return ChatResult(content=response.text, usage=Usage(0, 0, 0, 0, MODEL, "nim"), duration=0.0)
 
 

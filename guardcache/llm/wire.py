@@ -1,0 +1,121 @@
+"""What :class:`~guardcache.llm.client.ChatClient` needs from an HTTP client, whichever carries it.
+
+Two transports implement it: aiohttp (:mod:`guardcache.llm.aiohttp_pool`, the default when aiohttp is
+installed) and httpx2 (:mod:`guardcache.llm.pool`: the fallback, and what ``transport=`` /
+``http_client=`` arguments such as ``httpx2.MockTransport`` use). Why two, and why aiohttp first: at
+100% cache hits the outgoing call to the main model is almost all of a guarded turn's CPU, and
+``benchmarks/bench_http_clients.py`` measured (same server, keep-alive, same JSON body, 2 shared
+cores under load) 1,165-1,597 us of client CPU per request for httpx2, 1,396-1,780 us for httpx 0.28
+and 241-387 us for aiohttp.
+
+Each transport turns its own exceptions into one :class:`WireError` with a :class:`WireKind`, so
+the client classifies a failure (retry or not, which typed ``BackendError``, what the message says)
+once, identically for both. Replies expose the few things the client reads (status, headers,
+``json()``, ``text``), nothing library-specific.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import enum
+from collections.abc import AsyncIterator, Mapping
+from contextlib import AbstractAsyncContextManager
+from typing import Any, Protocol
+
+import httpx2
+
+
+class WireKind(enum.Enum):
+    """How a request failed below HTTP: what the client's retry policy and messages need to know."""
+
+    CONNECT_TIMEOUT = "connect timeout"  # no connection within the connect phase: retried
+    POOL_TIMEOUT = "pool timeout"  # no free connection in time (httpx2 without a budget only)
+    READ_TIMEOUT = "read timeout"  # accepted, no answer in time: not retried by default
+    WRITE_TIMEOUT = "write timeout"
+    CONNECT = "connect"  # refused, DNS, TLS handshake or certificate: retried
+    DROPPED = "dropped"  # closed or malformed before a complete response (stale keep-alive): retried
+    UNSUPPORTED = "unsupported"  # not an http(s) URL
+    DECODE = "decode"  # a body its content-encoding cannot decode
+    OTHER = "other"  # proxy errors and the like: not a transient state
+
+
+class WireError(Exception):
+    """A transport failure, classified.
+
+    ``name`` is the library's exception class (for messages and logs); ``detail`` is its text only
+    when that text cannot quote the server (OS errors, timeouts), else empty: a protocol error can
+    hold bytes the server sent. The library's exception is ``__cause__``.
+    """
+
+    def __init__(self, kind: WireKind, name: str, detail: str = "") -> None:
+        super().__init__(f"{name}: {detail}" if detail else name)
+        self.kind = kind
+        self.name = name
+        self.detail = detail
+
+
+class Reply(Protocol):
+    """A complete response: what the client reads of it (``httpx2.Response`` fits)."""
+
+    @property
+    def status_code(self) -> int: ...
+
+    @property
+    def is_success(self) -> bool: ...
+
+    @property
+    def headers(self) -> Mapping[str, str]: ...
+
+    @property
+    def text(self) -> str: ...
+
+    def json(self) -> Any: ...
+
+
+class StreamReply(Protocol):
+    """A response whose body is read as lines (server-sent events)."""
+
+    @property
+    def status_code(self) -> int: ...
+
+    @property
+    def is_success(self) -> bool: ...
+
+    async def read(self) -> Reply:
+        """The whole body, as a :class:`Reply` (an error status's body)."""
+        ...
+
+    def lines(self) -> AsyncIterator[str]:
+        """The body's lines without their line ends; raises :class:`WireError`."""
+        ...
+
+
+class WireLane(Protocol):
+    """One base URL's pooled connections on one event loop, and the FIFO gate that admits to them.
+
+    ``gate`` is None when nothing bounds the requests in flight. Both methods raise
+    :class:`WireError` for transport failures, never the library's own exceptions.
+    ``phases`` are the phase timeouts (connect, read, write); the whole call's budget is the
+    caller's (an ``asyncio.timeout`` around the call).
+    """
+
+    gate: asyncio.Semaphore | None
+
+    async def post(
+        self, url: str, body: Mapping[str, Any], headers: Mapping[str, str], phases: httpx2.Timeout
+    ) -> Reply: ...
+
+    def stream(
+        self, url: str, body: Mapping[str, Any], headers: Mapping[str, str], phases: httpx2.Timeout
+    ) -> AbstractAsyncContextManager[StreamReply]: ...
+
+
+class WirePool(Protocol):
+    """Hands out lanes per (running loop, base URL); closes the running loop's."""
+
+    def lane(self, base_url: str) -> WireLane: ...
+
+    async def aclose_all(self) -> None: ...
+
+
+__all__ = ["Reply", "StreamReply", "WireError", "WireKind", "WireLane", "WirePool"]
