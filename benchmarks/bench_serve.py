@@ -43,6 +43,7 @@ import json
 import os
 import queue
 import re
+import shutil
 import signal
 import statistics
 import subprocess
@@ -460,6 +461,73 @@ def profile_phase(config: Path, tmp: str, args: argparse.Namespace) -> None:
     print(summarize_profile(str(out), len(got["latencies"])))
 
 
+def nemo_python(requested: str | None) -> str | None:
+    """The interpreter of an environment with nemoguardrails: ``--nemo-python``, this one when it
+    has the package, else None."""
+    if requested:
+        return requested
+    return sys.executable if importlib.util.find_spec("nemoguardrails") else None
+
+
+def nemo_phase(config: Path, main_url: str, args: argparse.Namespace) -> None:
+    """NeMo Guardrails' own server on the same config folder, emulators and load, beside guardcache's
+    (its default set-up) in the same phase: latency at concurrency 1, then throughput and CPU."""
+    print("\n4. NeMo Guardrails' server and guardcache serve, same config, emulators and workload")
+    python = nemo_python(args.nemo_python)
+    if python is None:
+        print(
+            "   nemoguardrails is not installed here: no side-by-side column (pip install nemoguardrails, "
+            "or --nemo-python PATH to the python of an environment that has it)"
+        )
+        return
+    # NeMo ships no content-safety prompts: give its config guardcache's, which are NeMo's (same file
+    # format, byte-identical templates).
+    prompts = Path(__file__).resolve().parents[1] / "guardcache" / "prompts" / "content_safety.yml"
+    shutil.copy(prompts, config / "prompts.yml")
+    version = subprocess.run(
+        [python, "-c", "import nemoguardrails; print(nemoguardrails.__version__)"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.strip()
+    print(
+        f"   nemoguardrails {version} ({python}); both servers hold content-safety verdicts in their caches"
+    )
+    servers: dict[str, tuple[Child, str]] = {}
+    try:
+        ours = Child(
+            [args.server_python, "-m", "guardcache", "serve", "--config", str(config), "--port", "0"]
+        )
+        theirs = Child(
+            [
+                python,
+                "-m",
+                "nemoguardrails",
+                "server",
+                "--config",
+                str(config.parent),
+                "--port",
+                "0",
+                "--default-config-id",
+                config.name,
+            ],
+            env={"PYTHONPATH": ""},
+        )
+        for name, child in (("guardcache serve", ours), (f"nemoguardrails {version} server", theirs)):
+            port = child.port(timeout=120)
+            servers[name] = (child, f"http://127.0.0.1:{port}/v1")
+        wait_ready(servers["guardcache serve"][1].removesuffix("/v1") + "/health/ready")
+        for _, url in servers.values():  # every check cached from here on
+            run_load(url, "plain", 4, count=len(MESSAGES) * 4)
+        latency_phase(main_url, {n: url for n, (_, url) in servers.items()}, args.latency_requests)
+        throughput_phase(main_url, servers, args)
+    finally:
+        for child, _ in servers.values():
+            child.stop()
+        prompts_copy = config / "prompts.yml"
+        prompts_copy.unlink(missing_ok=True)
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -483,6 +551,10 @@ def main() -> int:
     )
     parser.add_argument("--profile-out", help="keep the server's profile in this file (pstats)")
     parser.add_argument("--phases", default="1234", help="which phases to run (default 1234)")
+    parser.add_argument(
+        "--nemo-python",
+        help="phase 4: the python of an environment with nemoguardrails (default: this one, if it has it)",
+    )
     parser.add_argument("--load-worker", help=argparse.SUPPRESS)
     parser.add_argument("--serve-profiled", nargs=2, help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -538,14 +610,7 @@ def main() -> int:
             if args.profile:
                 profile_phase(config, tmp, args)
         if "4" in args.phases:
-            print("\n4. NeMo Guardrails' server, same workload")
-            if importlib.util.find_spec("nemoguardrails") is None:
-                print(
-                    "   nemoguardrails is not installed here: no side-by-side column "
-                    "(pip install nemoguardrails)"
-                )
-            else:
-                print("   nemoguardrails is installed, but this script does not drive its server yet")
+            nemo_phase(config, main_url, args)
     return 0
 
 
