@@ -162,12 +162,13 @@ async def _load(spec: dict[str, Any]) -> dict[str, Any]:
     model = spec["model"]
     latencies: list[float] = []
     errors = 0
+    first_error = ""
     count = spec.get("count")
     until = time.monotonic() + spec.get("seconds", 3600.0)
     issued = 0
 
     async def one(i: int) -> None:
-        nonlocal errors
+        nonlocal errors, first_error
         messages = [{"role": "user", "content": MESSAGES[i % len(MESSAGES)]}]
         started = time.perf_counter()
         try:
@@ -177,8 +178,9 @@ async def _load(spec: dict[str, Any]) -> dict[str, Any]:
                     pass
             else:
                 await client.chat.completions.create(model=model, messages=messages)
-        except Exception:
+        except Exception as exc:
             errors += 1
+            first_error = first_error or f"{type(exc).__name__}: {str(exc)[:160]}"
             return
         latencies.append(time.perf_counter() - started)
 
@@ -193,7 +195,13 @@ async def _load(spec: dict[str, Any]) -> dict[str, Any]:
     wall = time.perf_counter() - wall0
     cpu = time.process_time() - cpu0
     await client.close()
-    return {"latencies": latencies, "errors": errors, "wall": wall, "client_cpu": cpu}
+    return {
+        "latencies": latencies,
+        "errors": errors,
+        "first_error": first_error,
+        "wall": wall,
+        "client_cpu": cpu,
+    }
 
 
 def run_load(
@@ -387,19 +395,23 @@ uvicorn's HTTP parser and event loop. The first is what ``pip install guardcache
 def latency_phase(main_url: str, served: dict[str, str], requests: int) -> None:
     print("\n1. What the server adds to the main model's latency (concurrency 1, 100% hits)")
     rows: dict[tuple[str, str], list[float]] = {}
+    failures: dict[tuple[str, str], str] = {}
     targets = {"alone": main_url, **served}
     for _ in range(2):  # two interleaved rounds
         for mode in ("plain", "stream"):
             for target, url in targets.items():
-                rows.setdefault((mode, target), []).extend(
-                    run_load(url, mode, 1, count=requests)["latencies"]
-                )
+                got = run_load(url, mode, 1, count=requests)
+                rows.setdefault((mode, target), []).extend(got["latencies"])
+                failures[(mode, target)] = failures.get((mode, target)) or got["first_error"]
     for mode in ("plain", "stream"):
         alone = rows[(mode, "alone")]
         a50 = statistics.median(alone) * 1e3
         print(f"   {mode:<6} p50 main alone {a50:6.2f} ms (p90 {pct(alone, 0.9) * 1e3:.2f} ms)")
         for name in served:
             got = rows[(mode, name)]
+            if not got:
+                print(f"          {name:<30} every request failed ({failures[(mode, name)]})")
+                continue
             s50 = statistics.median(got) * 1e3
             verdict = "PASS" if s50 - a50 <= 1.0 else "MISS"
             print(
@@ -424,6 +436,9 @@ def throughput_phase(main_url: str, servers: dict[str, tuple[Child, str]], args:
             got = run_load(serve_url, mode, args.concurrency, seconds=args.seconds)
             cpu = cpu_seconds(server.proc.pid) - cpu0
             done = len(got["latencies"])
+            if not done:
+                print(f"     {name:<30} every request failed ({got['first_error']})")
+                continue
             per_req = cpu / max(done, 1)
             base = base if base is not None else per_req
             capacity = 1 / per_req if per_req else float("inf")
