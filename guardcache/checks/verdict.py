@@ -8,7 +8,7 @@ token counts, so a cached entry (in process or in Redis) never stores a prompt.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, NamedTuple
+from typing import NamedTuple, TypeVar
 
 from guardcache.llm.types import Usage
 
@@ -57,7 +57,10 @@ _VERDICTS: dict[Verdict, Verdict] = {}
 _CHECKS: dict[CachedCheck, CachedCheck] = {}
 
 
-def _intern(table: dict[Any, Any], value: Any) -> Any:
+T = TypeVar("T")
+
+
+def _intern(table: dict[T, T], value: T) -> T:
     # dict reads and writes are atomic: two threads interning equal values at once at worst keep
     # two objects, never a wrong one.
     found = table.get(value)
