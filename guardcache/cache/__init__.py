@@ -9,6 +9,12 @@ from typing import TYPE_CHECKING, Any
 from guardcache.cache.interface import MISSING, CacheInterface, ComputeFn
 from guardcache.cache.keys import Namespace, make_key, normalize_messages, normalize_text
 from guardcache.cache.lfu import CacheEntry, LFUCache
+from guardcache.cache.recorder import (
+    DISABLED_RECORDER,
+    ConcurrentStatsRecorder,
+    StatsRecorder,
+    StatsSnapshot,
+)
 from guardcache.cache.singleflight import SingleFlight
 from guardcache.cache.stats import CacheStats, StatsReporter, default_reporter
 
@@ -33,17 +39,21 @@ def __getattr__(name: str) -> Any:
 
 
 __all__ = [
+    "DISABLED_RECORDER",
     "MISSING",
     "CacheEntry",
     "CacheInterface",
     "CacheStats",
     "ComputeFn",
+    "ConcurrentStatsRecorder",
     "GlobalTierStats",
     "LFUCache",
     "Namespace",
     "RedisSettings",
     "SingleFlight",
+    "StatsRecorder",
     "StatsReporter",
+    "StatsSnapshot",
     "TierStats",
     "TieredCache",
     "build_tiered_cache",

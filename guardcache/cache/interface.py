@@ -112,5 +112,28 @@ class CacheInterface(ABC):
         self.put(key, value)
         return value
 
+    async def get_or_load(
+        self, key: Hashable, compute_fn: ComputeFn, default: Any = MISSING
+    ) -> tuple[Any, bool]:
+        """Like :meth:`get_or_compute`, also telling whether this call loaded the value:
+        ``(value, loaded)``.
+
+        ``loaded`` is True when this call's own ``compute_fn`` ran (it paid for the computation,
+        e.g. a backend call, whether or not that succeeded), False when the value was stored or
+        another asker's computation produced it. The default wraps ``compute_fn`` and calls
+        :meth:`get_or_compute`, so it keeps whatever single flight a store implements there (the
+        TieredCache uses it: a value found in Redis is then not loaded, as no backend call ran);
+        LFUCache answers from its single flight directly.
+        """
+        loaded = False
+
+        def tracked() -> Awaitable[Any] | Any:
+            nonlocal loaded
+            loaded = True
+            return compute_fn()
+
+        value = await self.get_or_compute(key, tracked, default)
+        return value, loaded
+
 
 __all__ = ["MISSING", "NO_STATS_MESSAGE", "CacheInterface", "ComputeFn"]

@@ -2,7 +2,8 @@
 
 The structure and the hot paths live in :mod:`guardcache.cache.lfu_core`; this module is the public
 face: the contract of :class:`CacheInterface`, stats and their reporting, and single-flight loading.
-One ``threading.RLock`` per cache guards everything; only list and dict updates run under it.
+One ``threading.RLock`` per cache guards everything; only list and dict updates run under it. The
+numbers are counted by the cache's :class:`~guardcache.cache.recorder.StatsRecorder`.
 """
 
 from __future__ import annotations
@@ -16,7 +17,18 @@ from dataclasses import dataclass
 from typing import Any
 
 from guardcache.cache.interface import MISSING, CacheInterface, ComputeFn
-from guardcache.cache.lfu_core import LineClock, Structure, hot_paths, wall_time, with_line_check
+from guardcache.cache.lfu_core import HotPaths, LineClock, Structure, hot_paths, wall_time, with_line_check
+from guardcache.cache.recorder import (
+    EVICTIONS,
+    HITS,
+    MISSES,
+    N_COUNTERS,
+    PUTS,
+    UPDATES,
+    ConcurrentStatsRecorder,
+    Counts,
+    StatsRecorder,
+)
 from guardcache.cache.singleflight import SingleFlight
 from guardcache.cache.stats import LINE_FORMAT, CacheStats, StatsReporter, log
 
@@ -40,8 +52,12 @@ class LFUCache(CacheInterface):
     - A ``get`` hit and a ``put`` of an existing key each count as one access (frequency + 1).
     - ``put`` of an existing key replaces the value, counts as an update, and keeps the entry.
     - ``maxsize == 0`` stores nothing; ``maxsize < 0`` is a ``ValueError``.
-    - Counters are always kept (a few integer increments under the lock). ``track_stats`` turns
-      on reporting: :meth:`log_stats_now` writes the stats line only then, as in NeMo Guardrails.
+    - Counting goes to ``recorder`` (default: a new
+      :class:`~guardcache.cache.recorder.ConcurrentStatsRecorder`, counting whether or not
+      ``track_stats`` is on, so ``get_stats()`` and metrics always work); give it
+      :data:`~guardcache.cache.recorder.DISABLED_RECORDER` to count nothing: the hot paths then
+      have no counter lines at all. ``track_stats`` turns on reporting: :meth:`log_stats_now`
+      writes the stats line only then, as in NeMo Guardrails.
     - With ``track_stats`` and ``stats_logging_interval`` the line is written periodically, until
       :meth:`close` or garbage collection, in one of two ways:
 
@@ -53,6 +69,13 @@ class LFUCache(CacheInterface):
         one daemon thread): every interval from that thread, also while the cache is idle, and
         nothing on the request path.
     - The cache is truthy even when empty (``len()`` is the number of entries).
+
+    **The hot path.** ``cache.hot`` holds this cache's own ``get`` and ``put``: closures over its
+    containers, made by :func:`~guardcache.cache.lfu_core.hot_paths` (see there for why closures:
+    a get hit runs ~14% faster than the same code as a method). ``__init__`` also stores them as
+    the instance's ``get`` and ``put`` attributes, so ``cache.get`` *is* ``cache.hot.get`` and a
+    call costs one closure call; the :meth:`get` and :meth:`put` defined below document them and
+    run only when called through the class (``LFUCache.get(cache, key)``: they call ``self.hot``).
     """
 
     def __init__(
@@ -62,6 +85,7 @@ class LFUCache(CacheInterface):
         stats_logging_interval: float | None = None,
         *,
         reporter: StatsReporter | None = None,
+        recorder: StatsRecorder | None = None,
     ) -> None:
         if maxsize < 0:
             raise ValueError(f"maxsize must be >= 0 (got {maxsize})")
@@ -72,21 +96,22 @@ class LFUCache(CacheInterface):
         self.stats_logging_interval = stats_logging_interval
         self._lock = threading.RLock()
         self._s = Structure()
-        # The hot paths are per-instance closures (see lfu_core); they shadow the documented
-        # methods below, which exist for the interface and for help().
-        self.get, self.put, self._hot_counters = hot_paths(  # type: ignore[method-assign, assignment]
-            self._s, self._lock, maxsize
-        )
-        # Counted outside the hot paths: hits through get_or_compute, joiners, cleared entries.
-        # All counters are totals since creation; reset_stats() moves the baseline they are read from.
-        self._lookup_hits = self._coalesced = self._misses_computed = self._cleared = 0
-        self._baseline = CacheStats(maxsize=maxsize)
-        self._flight = SingleFlight(
-            self._lock, self._lookup, self.put, self._count_miss, self._count_coalesced
-        )
+        #: Where this cache counts; read with ``recorder.snapshot()`` (or :meth:`get_stats`).
+        self.recorder: StatsRecorder = ConcurrentStatsRecorder() if recorder is None else recorder
+        # The recorder is asked once, here: a disabled one is never called again. Counted by this
+        # cache itself, under its lock: the hot paths (in their closures' cells), the single flight
+        # and clear() (in _counts); the recorder reads both through _read_counts.
+        counting = self.recorder.enabled
+        self._counts: Counts | None = [0] * N_COUNTERS if counting else None
+        bare = hot_paths(self._s, self._lock, maxsize, counting)
+        self._flight = SingleFlight(self._lock, self._lookup, bare.put, self._counts)
+        if counting:
+            self.recorder.bind(self._lock, self._read_counts)
         self._reporter: StatsReporter | None = None
         self._report_handle: int | None = None
         self._line_clock: LineClock | None = None
+        #: This cache's ``get`` and ``put`` (see "The hot path" above).
+        self.hot: HotPaths = bare
         if track_stats and stats_logging_interval is not None:
             if reporter is not None:
                 self._reporter = reporter
@@ -94,17 +119,25 @@ class LFUCache(CacheInterface):
                 weakref.finalize(self, reporter.unregister, self._report_handle)
             else:  # on access: get/put check the clock first (the single flight keeps the bare put)
                 self._line_clock = LineClock(stats_logging_interval)
-                self.get, self.put = with_line_check(  # type: ignore[method-assign, assignment]
-                    self.get, self.put, self._line_clock, self._line_due
-                )
+                self.hot = with_line_check(bare, self._line_clock, self._line_due)
+        # Bound over the methods below, on this instance only: a call skips their frame.
+        self.get, self.put = self.hot.get, self.hot.put  # type: ignore[method-assign, assignment]
 
     # -- the public face -------------------------------------------------------------------------
 
-    def get(self, key: Hashable, default: Any = None) -> Any:  # replaced per instance by hot_paths
-        return self.get(key, default)
+    def get(self, key: Hashable, default: Any = None) -> Any:
+        """Return the value for ``key`` (a hit: counts an access), else ``default`` (a miss).
 
-    def put(self, key: Hashable, value: Any) -> None:  # replaced per instance by hot_paths
-        self.put(key, value)
+        ``cache.get`` is ``cache.hot.get`` (bound in ``__init__``); this body runs only when called
+        through the class."""
+        return self.hot.get(key, default)
+
+    def put(self, key: Hashable, value: Any) -> None:
+        """Store ``value``; an existing key is replaced (an update), a new one may evict another.
+
+        ``cache.put`` is ``cache.hot.put`` (bound in ``__init__``); this body runs only when called
+        through the class."""
+        self.hot.put(key, value)
 
     def delete(self, key: Hashable) -> bool:
         """Remove ``key`` (not an eviction); returns whether it was there."""
@@ -143,8 +176,10 @@ class LFUCache(CacheInterface):
         return not self._s.index
 
     def clear(self) -> None:
+        """Remove every entry; they count as evictions."""
         with self._lock:
-            self._cleared += len(self._s.index)
+            if self._counts is not None:
+                self._counts[EVICTIONS] += len(self._s.index)
             self._s.reset()
 
     @property
@@ -164,28 +199,27 @@ class LFUCache(CacheInterface):
     # -- stats -----------------------------------------------------------------------------------
 
     def get_stats(self) -> CacheStats:
+        """A snapshot of the recorder (all zeros but the sizes when it is disabled), with the size
+        read under the same lock."""
         with self._lock:
-            return self._totals() - self._baseline
+            snapshot = self.recorder.snapshot()
+            size = len(self._s.index)
+        return CacheStats.of(snapshot, size, self._maxsize)
 
     def reset_stats(self) -> None:
-        with self._lock:
-            self._baseline = self._totals()
+        self.recorder.reset()
 
-    def _totals(self) -> CacheStats:
-        """Counters since creation. Puts are derived: each stored entry is still here, or was
-        evicted, deleted or cleared (so the put path has no counter of its own to bump)."""
-        hits, misses, evictions, updates = self._hot_counters()
-        size = len(self._s.index)
-        return CacheStats(
-            hits=hits + self._lookup_hits + self._coalesced,
-            misses=misses + self._misses_computed,
-            evictions=evictions + self._cleared,
-            puts=size + evictions + self._s.removed + self._cleared,
-            updates=updates,
-            coalesced=self._coalesced,
-            current_size=size,
-            maxsize=self._maxsize,
-        )
+    def _read_counts(self) -> Counts:
+        """What this cache counted itself since creation (the recorder calls it under the lock).
+        Puts are derived: each new entry is still here, or was evicted, deleted or cleared."""
+        counts = list(self._counts or [0] * N_COUNTERS)
+        hits, misses, evictions, updates = self.hot.counts()
+        counts[HITS] += hits
+        counts[MISSES] += misses
+        counts[UPDATES] += updates
+        counts[PUTS] = len(self._s.index) + evictions + self._s.removed + counts[EVICTIONS]
+        counts[EVICTIONS] += evictions
+        return counts
 
     def log_stats_now(self) -> None:
         """Write the stats line now if ``track_stats`` is on (else nothing, as in NeMo Guardrails);
@@ -231,34 +265,40 @@ class LFUCache(CacheInterface):
         if self._line_clock is not None:
             self._line_clock.interval = math.inf
 
-    # -- loading (single flight; these hooks run under the lock) ---------------------------------
+    # -- loading (single flight) -----------------------------------------------------------------
 
     def _lookup(self, key: Hashable) -> Any:
-        """A hit (counted) returns the value; a miss returns MISSING and counts nothing."""
+        """Under the lock: the value (an access, counted by the single flight), or MISSING."""
         s = self._s
         i = s.index.get(key)
         if i is None:
             return MISSING
-        self._lookup_hits += 1
         s.touch(i)
         return s.values[i]
 
-    def _count_miss(self) -> None:
-        self._misses_computed += 1
-
-    def _count_coalesced(self) -> None:
-        self._coalesced += 1
-
     async def get_or_compute(self, key: Hashable, compute_fn: ComputeFn, default: Any = MISSING) -> Any:
         self._check_line()
-        return await self._flight.get_or_compute(key, compute_fn, default)
+        return (await self._flight.get_or_load(key, compute_fn, default))[0]
+
+    async def get_or_load(
+        self, key: Hashable, compute_fn: ComputeFn, default: Any = MISSING
+    ) -> tuple[Any, bool]:
+        self._check_line()
+        return await self._flight.get_or_load(key, compute_fn, default)
 
     def get_or_compute_sync(
         self, key: Hashable, compute_fn: Callable[[], Any], default: Any = MISSING
     ) -> Any:
         """Like :meth:`get_or_compute`, for threads: blocks until the shared result is ready."""
         self._check_line()
-        return self._flight.get_or_compute_sync(key, compute_fn, default)
+        return self._flight.get_or_load_sync(key, compute_fn, default)[0]
+
+    def get_or_load_sync(
+        self, key: Hashable, compute_fn: Callable[[], Any], default: Any = MISSING
+    ) -> tuple[Any, bool]:
+        """Like :meth:`get_or_load`, for threads: blocks until the shared result is ready."""
+        self._check_line()
+        return self._flight.get_or_load_sync(key, compute_fn, default)
 
     def in_flight(self) -> int:
         """How many computations are running now (0 when the cache is idle)."""

@@ -1,6 +1,8 @@
 """Counters of the tiered cache: this replica's view and the view shared by all replicas.
 
-Local counters are plain integers under a lock, like the LFU's. The shared (global) view lives in one
+This replica's counters are the cache's recorder's (:mod:`~guardcache.cache.recorder`): L1, tier and
+store count into the same one, and :class:`TierStats` is made from one snapshot of it. The shared
+(global) view lives in one
 Redis hash per scope; every replica adds its deltas with HINCRBY in batches (see
 ``TieredCache.flush_stats``), never one round trip per request, and reads the totals back in the same
 pipeline. So ``TierStats.global_stats`` is at most one flush interval old.
@@ -9,10 +11,11 @@ pipeline. So ``TierStats.global_stats`` is at most one flush interval old.
 from __future__ import annotations
 
 import logging
-import threading
 import time
 from dataclasses import asdict, dataclass
 from typing import Any
+
+from guardcache.cache.recorder import StatsSnapshot
 
 log = logging.getLogger("guardcache.cache.redis")
 
@@ -99,6 +102,37 @@ class TierStats:
     circuit_open: bool = False
     global_stats: GlobalTierStats | None = None
 
+    @classmethod
+    def of(
+        cls,
+        snapshot: StatsSnapshot,
+        *,
+        warnings_logged: int = 0,
+        circuit_open: bool = False,
+        global_stats: GlobalTierStats | None = None,
+    ) -> TierStats:
+        """The tier's view of one snapshot of the cache's recorder."""
+        s = snapshot
+        return cls(
+            lookups=s.lookups,
+            l1_hits=s.hits - s.coalesced,
+            coalesced=s.coalesced,
+            l2_hits=s.l2_hits,
+            l2_misses=s.l2_misses,
+            l2_corrupt=s.l2_corrupt,
+            l2_auth_failures=s.l2_auth_failures,
+            l2_previous_hits=s.l2_previous_hits,
+            l2_errors=s.l2_errors,
+            l2_unavailable=s.l2_unavailable,
+            computations=s.computations,
+            lease_waits=s.lease_waits,
+            lease_takeovers=s.lease_takeovers,
+            lease_timeouts=s.lease_timeouts,
+            warnings_logged=warnings_logged,
+            circuit_open=circuit_open,
+            global_stats=global_stats,
+        )
+
     @property
     def hit_rate(self) -> float:
         """Share of this replica's lookups served without a backend call."""
@@ -125,38 +159,4 @@ class TierStats:
         )
 
 
-#: Counted by the tier itself (lookups, L1 hits and coalesced come from the LFU, errors from the store).
-_LOCAL_FIELDS = (
-    "l2_hits",
-    "l2_misses",
-    "l2_corrupt",
-    "l2_previous_hits",
-    "l2_unavailable",
-    "computations",
-    "lease_waits",
-    "lease_takeovers",
-    "lease_timeouts",
-)
-
-
-class TierCounters:
-    """The tier's own mutable counters (the L1 and the store keep theirs)."""
-
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self._values = dict.fromkeys(_LOCAL_FIELDS, 0)
-
-    def add(self, name: str, n: int = 1) -> None:
-        with self._lock:
-            self._values[name] += n
-
-    def snapshot(self) -> dict[str, int]:
-        with self._lock:
-            return dict(self._values)
-
-    def reset(self) -> None:
-        with self._lock:
-            self._values = dict.fromkeys(_LOCAL_FIELDS, 0)
-
-
-__all__ = ["GLOBAL_FIELDS", "GlobalTierStats", "TierCounters", "TierStats", "log"]
+__all__ = ["GLOBAL_FIELDS", "GlobalTierStats", "TierStats", "log"]

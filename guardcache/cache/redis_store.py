@@ -46,6 +46,7 @@ from redis.backoff import NoBackoff
 from redis.commands.core import AsyncScript
 from redis.exceptions import RedisError
 
+from guardcache.cache.recorder import DISABLED_RECORDER, StatsRecorder
 from guardcache.cache.redis_auth import RedisAuth, check_secret
 from guardcache.cache.redis_health import CircuitBreaker, Clock, StallTolerantTimeout, ThrottledLog
 from guardcache.cache.redis_keys import KeySpace
@@ -208,7 +209,9 @@ class RedisStore:
         self._previous = (
             RedisAuth(settings.previous_secret, keys.base) if settings.previous_secret is not None else None
         )
-        self._auth_failures = 0
+        #: Where failed operations and authentication failures are counted; a TieredCache sets its
+        #: own (its L1's), so that one snapshot holds them with the tier's other counters.
+        self.recorder: StatsRecorder = DISABLED_RECORDER
         self._auth_warn = ThrottledLog(log, clock=clock)
         self._timeout = settings.timeout_s
         self._ttl_ms = settings.ttl_ms
@@ -219,7 +222,6 @@ class RedisStore:
             weakref.WeakKeyDictionary()
         )
         self._lock = threading.Lock()
-        self._errors = 0
         self._probes: set[asyncio.Task[None]] = set()
         self._where = f"{redacted(settings.url)} ({keys.base}*)"
         if self._previous is not None:
@@ -281,8 +283,7 @@ class RedisStore:
         return result
 
     def _failed(self, exc: BaseException, *, probe: bool = False) -> None:
-        with self._lock:
-            self._errors += 1
+        self.recorder.record_l2_error()
         self.breaker.record_failure(probe=probe)
         detail = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
         self._warn.warning(
@@ -349,8 +350,7 @@ class RedisStore:
         return Found(payload, data, expires_at_ms, previous, lease)
 
     def _rejected(self) -> None:
-        with self._lock:
-            self._auth_failures += 1
+        self.recorder.record_l2_auth_failure()
         # Never the key's text (there is none: keys are digests) nor the value: only where.
         self._auth_warn.warning(
             f"Redis tier {self._where}: a value failed authentication (forged, tampered, moved from "
@@ -483,23 +483,8 @@ class RedisStore:
     # -- state ------------------------------------------------------------------------------------
 
     @property
-    def errors(self) -> int:
-        """Failed Redis operations so far (probes included)."""
-        return self._errors
-
-    @property
-    def auth_failures(self) -> int:
-        """Values read from Redis that failed authentication (each served as a miss)."""
-        return self._auth_failures
-
-    @property
     def warnings_logged(self) -> int:
         return self._warn.emitted + self._auth_warn.emitted
-
-    def reset_counters(self) -> None:
-        with self._lock:
-            self._errors = 0
-            self._auth_failures = 0
 
     async def aclose(self) -> None:
         """Close the running loop's client (other loops' clients close with their loops)."""

@@ -13,8 +13,17 @@ Rules the tests pin down:
   never left stuck and nobody hangs.
 - An exception reaches every asker and nothing is stored.
 
-The host (a cache) supplies ``lookup``/``store`` and counters; all of them run under the host's lock,
-which is held only for dictionary updates: computations, awaits and future callbacks run outside it.
+The host (a cache) supplies ``lookup``/``store`` and a list to count in (which its recorder reads,
+see :mod:`~guardcache.cache.recorder`); all of them are used under the host's lock, which is held
+only for dictionary updates: computations, awaits and future callbacks run outside it.
+
+Counted here: a stored value is a hit; the asker that starts a computation counts a miss, the askers
+that join it a hit each and, apart, a ``coalesced``; every computation ends as a load success (stored,
+in the same critical section) or a load failure (an exception or a cancellation), with the time it
+took. A host that counts nothing passes no list: then no clock is read either.
+
+Each call answers ``(value, loaded)``: ``loaded`` is True for the asker whose own ``compute_fn`` ran
+(it paid for the computation, whether or not it succeeded), False for a hit or a joined asker.
 """
 
 from __future__ import annotations
@@ -23,10 +32,22 @@ import asyncio
 import concurrent.futures
 import inspect
 import threading
+import time
 from collections.abc import Callable, Hashable
 from typing import Any
 
 from guardcache.cache.interface import MISSING, ComputeFn
+from guardcache.cache.recorder import (
+    COALESCED,
+    HITS,
+    LOAD_FAILURE,
+    LOAD_SUCCESS,
+    LOAD_TIME_NS,
+    MISSES,
+    Counts,
+)
+
+_ns = time.perf_counter_ns
 
 
 class _Call:
@@ -50,14 +71,12 @@ class SingleFlight:
         lock: threading.RLock,
         lookup: Callable[[Hashable], Any],
         store: Callable[[Hashable, Any], None],
-        on_miss: Callable[[], None],
-        on_coalesced: Callable[[], None],
+        counts: Counts | None,
     ) -> None:
         self._lock = lock
-        self._lookup = lookup  # returns MISSING when absent; counts a hit when present
+        self._lookup = lookup  # the stored value (an access), or MISSING; counts nothing
         self._store = store
-        self._on_miss = on_miss
-        self._on_coalesced = on_coalesced
+        self._counts = counts  # None: the host's recorder is disabled, count nothing
         self._calls: dict[Hashable, _Call] = {}
 
     def in_flight(self) -> int:
@@ -68,25 +87,37 @@ class SingleFlight:
     def _join(self, key: Hashable) -> tuple[Any, _Call | None, bool]:
         """Under the lock: (stored value, None, False) or (MISSING, call, is_leader)."""
         with self._lock:
+            counts = self._counts
             value = self._lookup(key)
             if value is not MISSING:
+                if counts is not None:
+                    counts[HITS] += 1
                 return value, None, False
             call = self._calls.get(key)
             leader = call is None
             if call is None:
                 call = self._calls[key] = _Call()
-                self._on_miss()
-            else:
-                self._on_coalesced()
+                if counts is not None:
+                    counts[MISSES] += 1
+            elif counts is not None:
+                counts[HITS] += 1
+                counts[COALESCED] += 1
             call.waiters += 1
             return MISSING, call, leader
 
-    def _finish(self, key: Hashable, call: _Call, value: Any, exc: BaseException | None) -> None:
+    def _finish(
+        self, key: Hashable, call: _Call, value: Any, exc: BaseException | None, started_ns: int
+    ) -> None:
+        elapsed_ns = _ns() - started_ns if started_ns else 0
         with self._lock:
             if exc is None:
                 self._store(key, value)
             if self._calls.get(key) is call:
                 del self._calls[key]
+            counts = self._counts
+            if counts is not None:
+                counts[LOAD_SUCCESS if exc is None else LOAD_FAILURE] += 1
+                counts[LOAD_TIME_NS] += elapsed_ns
         if exc is None:
             call.future.set_result(value)
         elif isinstance(exc, asyncio.CancelledError | concurrent.futures.CancelledError):
@@ -95,20 +126,21 @@ class SingleFlight:
             call.future.set_exception(exc)
 
     async def _run(self, key: Hashable, call: _Call, compute_fn: ComputeFn) -> None:
+        started = _ns() if self._counts is not None else 0  # no clock reads when not counting
         try:
             result = compute_fn()
             if inspect.isawaitable(result):
                 result = await result
         except asyncio.CancelledError as exc:
-            self._finish(key, call, None, exc)
+            self._finish(key, call, None, exc, started)
             raise
         except Exception as exc:
-            self._finish(key, call, None, exc)
+            self._finish(key, call, None, exc, started)
         except BaseException as exc:  # KeyboardInterrupt and friends still free the key
-            self._finish(key, call, None, exc)
+            self._finish(key, call, None, exc, started)
             raise
         else:
-            self._finish(key, call, result, None)
+            self._finish(key, call, result, None, started)
 
     def _leave(self, call: _Call) -> None:
         """An async asker was cancelled: cancel the work when nobody is left waiting for it."""
@@ -127,13 +159,16 @@ class SingleFlight:
         elif not loop.is_closed():
             loop.call_soon_threadsafe(task.cancel)
 
-    async def get_or_compute(self, key: Hashable, compute_fn: ComputeFn, default: Any = MISSING) -> Any:
-        """The stored value, or the shared result of one ``compute_fn()`` (see the module doc)."""
+    async def get_or_load(
+        self, key: Hashable, compute_fn: ComputeFn, default: Any = MISSING
+    ) -> tuple[Any, bool]:
+        """``(value, loaded)``: the stored value, or the shared result of one ``compute_fn()`` (see
+        the module doc)."""
         loop = None
         while True:
             value, call, leader = self._join(key)
             if call is None:
-                return value  # a hit: no loop lookup, no task, no future
+                return value, False  # a hit: no loop lookup, no task, no future
             if loop is None:
                 loop = asyncio.get_running_loop()
             if leader:
@@ -143,7 +178,7 @@ class SingleFlight:
             if view is None:
                 view = call.loop_futures[loop] = asyncio.wrap_future(call.future, loop=loop)
             try:
-                return await asyncio.shield(view)
+                return await asyncio.shield(view), leader
             except asyncio.CancelledError:
                 current = asyncio.current_task()
                 if view.cancelled() and not (current and current.cancelling()):
@@ -152,18 +187,19 @@ class SingleFlight:
                 raise
             except Exception:
                 if default is not MISSING:
-                    return default
+                    return default, leader
                 raise
 
-    def get_or_compute_sync(
+    def get_or_load_sync(
         self, key: Hashable, compute_fn: Callable[[], Any], default: Any = MISSING
-    ) -> Any:
+    ) -> tuple[Any, bool]:
         """Blocking flavour for threads; joins async computations of other loops too."""
         while True:
             value, call, leader = self._join(key)
             if call is None:
-                return value
+                return value, False
             if leader:
+                started = _ns() if self._counts is not None else 0
                 try:
                     result = compute_fn()
                     if inspect.isawaitable(result):
@@ -175,20 +211,20 @@ class SingleFlight:
                             "await get_or_compute() for coroutine functions"
                         )
                 except BaseException as exc:
-                    self._finish(key, call, None, exc)
+                    self._finish(key, call, None, exc, started)
                     if default is not MISSING and isinstance(exc, Exception):
-                        return default
+                        return default, True
                     raise
-                self._finish(key, call, result, None)
-                return result
+                self._finish(key, call, result, None, started)
+                return result, True
             self._refuse_self_deadlock(call)
             try:
-                return call.future.result()
+                return call.future.result(), False
             except concurrent.futures.CancelledError:
                 continue
             except Exception:
                 if default is not MISSING:
-                    return default
+                    return default, False
                 raise
 
     @staticmethod

@@ -1,11 +1,12 @@
-"""Cache counters as a value object, the stats log line, and the one reporter thread per process.
+"""Cache stats as a value object, the stats log line, and the one reporter thread per process.
 
-Counting happens under the cache's lock (a few integer increments); formatting and logging happen
-outside it, from a snapshot. A cache given a :class:`StatsReporter` is reported by that reporter's ONE
-daemon thread (shared by all such caches of the process, holding only weak references), so a cache
-with an interval costs no thread and a cache that is closed or garbage-collected simply drops out of
-the schedule. (An LFUCache with an interval and no reporter logs on access instead, as NeMo
-Guardrails' does: see :class:`~guardcache.cache.lfu.LFUCache`.)
+The numbers are counted by the cache's :class:`~guardcache.cache.recorder.StatsRecorder` and read from
+one snapshot of it (taken under the cache's lock); formatting and logging happen outside the lock. A
+cache given a :class:`StatsReporter` is reported by that reporter's ONE daemon thread (shared by all
+such caches of the process, holding only weak references), so a cache with an interval costs no
+thread and a cache that is closed or garbage-collected simply drops out of the schedule. (An LFUCache
+with an interval and no reporter logs on access instead, as NeMo Guardrails' does: see
+:class:`~guardcache.cache.lfu.LFUCache`.)
 """
 
 from __future__ import annotations
@@ -19,13 +20,25 @@ import weakref
 from collections.abc import Callable
 from typing import Any, NoReturn, Protocol, cast
 
+from guardcache.cache.recorder import StatsSnapshot
+
 log = logging.getLogger("guardcache.cache.lfu")
 
 #: The stats line is ``LINE_FORMAT % stats.format_body()``; logged with that format and argument, so a
 #: handler (or a test patching ``log.info``) sees the fields apart, as in NeMo Guardrails' own call.
 LINE_FORMAT = "LFU Cache Statistics - %s"
 
-_COUNTERS = ("hits", "misses", "evictions", "puts", "updates", "coalesced")
+_COUNTERS = (
+    "hits",
+    "misses",
+    "evictions",
+    "puts",
+    "updates",
+    "coalesced",
+    "load_success",
+    "load_failure",
+    "total_load_time",
+)
 
 
 def _read_only(*_: Any, **__: Any) -> NoReturn:
@@ -43,15 +56,19 @@ class CacheStats(dict[str, Any]):
     """A snapshot of one cache's counters: a read-only dict whose keys are also attributes.
 
     The keys are ``hits``, ``misses``, ``evictions``, ``puts``, ``updates``, ``coalesced``,
-    ``current_size``, ``maxsize``, and the derived ``hit_rate`` and ``capacity`` (NeMo Guardrails'
-    name for maxsize), so code written for NeMo's dict-valued ``get_stats()`` reads it unchanged
-    (``stats["hits"]``, ``isinstance(stats, dict)``, ``json.dumps(stats)``) and guardcache code reads
-    ``stats.hits``. ``lookups`` is an attribute only.
+    ``current_size``, ``maxsize``, the derived ``hit_rate`` and ``capacity`` (NeMo Guardrails'
+    name for maxsize), and the loads: ``load_success``, ``load_failure``, ``total_load_time``
+    (seconds) and the derived ``average_load_penalty`` (seconds per load), as Caffeine names them.
+    So code written for NeMo's dict-valued ``get_stats()`` reads it unchanged (``stats["hits"]``,
+    ``isinstance(stats, dict)``, ``json.dumps(stats)``) and guardcache code reads ``stats.hits``.
+    ``lookups`` and ``load_count`` are attributes only.
 
     ``coalesced`` counts askers that joined an in-flight computation; they are also counted as hits,
-    because they were served without a backend call of their own. Subtracting two snapshots gives the
-    activity between them (sizes are taken from the newer one); adding two sums them. Snapshots are
-    values: equal when their items are, hashable, and closed to item assignment.
+    because they were served without a backend call of their own. A load is one computation started
+    on a miss by ``get_or_compute``: it succeeds (its value is stored) or fails (an exception or a
+    cancellation: nothing is stored). Subtracting two snapshots gives the activity between them
+    (sizes are taken from the newer one); adding two sums them. Snapshots are values: equal when
+    their items are, hashable, and closed to item assignment.
     """
 
     __slots__ = ()
@@ -66,8 +83,12 @@ class CacheStats(dict[str, Any]):
         coalesced: int = 0,
         current_size: int = 0,
         maxsize: int = 0,
+        load_success: int = 0,
+        load_failure: int = 0,
+        total_load_time: float = 0.0,
     ) -> None:
         total = hits + misses
+        loads = load_success + load_failure
         super().__init__(
             hits=hits,
             misses=misses,
@@ -79,6 +100,27 @@ class CacheStats(dict[str, Any]):
             maxsize=maxsize,
             hit_rate=hits / total if total else 0.0,
             capacity=maxsize,
+            load_success=load_success,
+            load_failure=load_failure,
+            total_load_time=total_load_time,
+            average_load_penalty=total_load_time / loads if loads else 0.0,
+        )
+
+    @classmethod
+    def of(cls, snapshot: StatsSnapshot, current_size: int, maxsize: int) -> CacheStats:
+        """The LFU's view of a recorder's snapshot, with the cache's size."""
+        return cls(
+            hits=snapshot.hits,
+            misses=snapshot.misses,
+            evictions=snapshot.evictions,
+            puts=snapshot.puts,
+            updates=snapshot.updates,
+            coalesced=snapshot.coalesced,
+            current_size=current_size,
+            maxsize=maxsize,
+            load_success=snapshot.load_success,
+            load_failure=snapshot.load_failure,
+            total_load_time=snapshot.total_load_time,
         )
 
     @classmethod
@@ -125,8 +167,31 @@ class CacheStats(dict[str, Any]):
         return self._count("maxsize")
 
     @property
+    def load_success(self) -> int:
+        return self._count("load_success")
+
+    @property
+    def load_failure(self) -> int:
+        return self._count("load_failure")
+
+    @property
+    def total_load_time(self) -> float:
+        """Seconds spent in loads, successful or not."""
+        return cast(float, self.get("total_load_time", 0.0))
+
+    @property
     def lookups(self) -> int:
         return self.hits + self.misses
+
+    @property
+    def load_count(self) -> int:
+        return self.load_success + self.load_failure
+
+    @property
+    def average_load_penalty(self) -> float:
+        """total_load_time / load_count; 0.0 before the first load."""
+        loads = self.load_success + self.load_failure
+        return self.total_load_time / loads if loads else 0.0
 
     @property
     def hit_rate(self) -> float:
@@ -147,7 +212,8 @@ class CacheStats(dict[str, Any]):
         )
 
     def as_dict(self) -> dict[str, Any]:
-        """A plain, changeable copy: the counters plus ``hit_rate`` and ``capacity``."""
+        """A plain, changeable copy: the counters plus the derived ``hit_rate``, ``capacity`` and
+        ``average_load_penalty``."""
         return dict(self)
 
     # A value: no item assignment (attributes have no setters either).

@@ -43,8 +43,9 @@ from typing import Any, Protocol
 
 from guardcache.cache.interface import MISSING, CacheInterface, ComputeFn
 from guardcache.cache.lfu import LFUCache
+from guardcache.cache.recorder import StatsRecorder
 from guardcache.cache.redis_health import Clock
-from guardcache.cache.redis_stats import GLOBAL_FIELDS, GlobalTierStats, TierCounters, TierStats, log
+from guardcache.cache.redis_stats import GLOBAL_FIELDS, GlobalTierStats, TierStats, log
 from guardcache.cache.redis_store import FAILED, Found, Lease, RedisStore, Rejected, Unavailable
 from guardcache.cache.stats import CacheStats, StatsReporter, default_reporter
 
@@ -82,7 +83,10 @@ class TieredCache(CacheInterface):
         self._clock = clock
         s = store.settings
         self._max_wait = (s.lease_ms + s.wait_margin_ms) / 1000
-        self._counters = TierCounters()
+        #: The L1's recorder: the tier counts its L2 outcomes there, and so does the store (errors,
+        #: authentication failures), so one snapshot holds every counter of this model's cache.
+        self.recorder: StatsRecorder = l1.recorder
+        store.recorder = l1.recorder
         self._global: GlobalTierStats | None = None
         # Stats flushing: totals already added to the shared hash, and when to add the next deltas.
         self._flush_lock = threading.Lock()
@@ -113,7 +117,7 @@ class TieredCache(CacheInterface):
 
     async def _load(self, key: Hashable, compute_fn: ComputeFn) -> Any:
         """L2 then backend, for one L1 miss (already coalesced in this process by the L1)."""
-        count = self._counters.add
+        rec = self.recorder
         token = secrets.token_hex(8)
         ignore = b""  # a value we rejected: absent for the script, so we recompute and overwrite it
         rejected = 0
@@ -131,45 +135,43 @@ class TieredCache(CacheInterface):
             if isinstance(found, Found):
                 value = self._decode(found.payload)
                 if value is not None:
-                    count("l2_hits")
-                    if found.previous:
-                        count("l2_previous_hits")
-                        if found.lease is Lease.ACQUIRED:  # re-write it under the new name
-                            await self._settle(key, token, found.payload, found.expires_at_ms)
+                    rec.record_l2_hit(previous=found.previous)
+                    if found.previous and found.lease is Lease.ACQUIRED:  # re-write it, new name
+                        await self._settle(key, token, found.payload, found.expires_at_ms)
                     return value
-                count("l2_corrupt")
+                rec.record_l2_corrupt()
                 # Unreadable under the current name: reject it like a forgery. Under the previous
                 # name (rotating): as if absent, the reply's lease outcome decides.
                 found = Rejected(found.raw) if found.lease is None else found.lease
             if isinstance(found, Rejected):  # failed authentication (counted by the store), or corrupt
                 rejected += 1
                 if rejected >= _MAX_REJECTED:
-                    count("l2_misses")
+                    rec.record_l2_miss()
                     return await self._compute_and_store(key, compute_fn)
                 ignore = found.raw
                 continue
             if found is Lease.ACQUIRED:
-                count("l2_misses")
+                rec.record_l2_miss()
                 if waiting_since is not None:
-                    count("lease_takeovers")
+                    rec.record_lease_takeover()
                 return await self._lead(key, compute_fn, token)
             if isinstance(found, Unavailable):
-                count("l2_unavailable")
+                rec.record_l2_unavailable()
                 # FAILED: the reply was lost, but Redis may have given us the lease: clean up.
                 return await self._compute_and_store(key, compute_fn, token if found is FAILED else None)
             now = self._clock()  # Lease.HELD: another replica is computing
             if waiting_since is None:
                 waiting_since = now
-                count("lease_waits")
+                rec.record_lease_wait()
             elif now - waiting_since >= self._max_wait:
-                count("l2_misses")
-                count("lease_timeouts")
+                rec.record_l2_miss()
+                rec.record_lease_timeout()
                 return await self._compute_and_store(key, compute_fn)
             await asyncio.sleep(delay)
             delay = min(delay * 2, _POLL_MAX_S)
 
     async def _compute(self, compute_fn: ComputeFn) -> Any:
-        self._counters.add("computations")
+        self.recorder.record_computation()
         result = compute_fn()
         if inspect.isawaitable(result):
             result = await result
@@ -249,20 +251,19 @@ class TieredCache(CacheInterface):
             return value
         found = await self.store.get(key)
         if isinstance(found, Unavailable):
-            self._counters.add("l2_unavailable")
+            self.recorder.record_l2_unavailable()
         elif isinstance(found, Found):
             value = self._decode(found.payload)
             if value is not None:
-                self._counters.add("l2_hits")
+                self.recorder.record_l2_hit(previous=found.previous)
                 self.l1.put(key, value)
                 if found.previous:
-                    self._counters.add("l2_previous_hits")
                     await self.store.set(key, found.payload, expires_at_ms=found.expires_at_ms)
                 return value
-            self._counters.add("l2_corrupt")
-            self._counters.add("l2_misses")
+            self.recorder.record_l2_corrupt()
+            self.recorder.record_l2_miss()
         else:  # absent, or failed authentication (counted by the store)
-            self._counters.add("l2_misses")
+            self.recorder.record_l2_miss()
         return default
 
     async def aput(self, key: Hashable, value: Any) -> None:
@@ -316,30 +317,25 @@ class TieredCache(CacheInterface):
     # -- stats ----------------------------------------------------------------------------------
 
     def get_stats(self) -> CacheStats:
-        """The L1's counters: the standard ``LFU Cache Statistics`` view of this model's cache."""
+        """The standard ``LFU Cache Statistics`` view of this model's cache (the L1's; its loads are
+        whole L2-then-backend paths)."""
         return self.l1.get_stats()
 
     def tier_stats(self) -> TierStats:
-        """Where lookups were answered (L1, Redis, backend), Redis' health and the global view."""
-        l1 = self.l1.get_stats()
-        return TierStats(
-            lookups=l1.lookups,
-            l1_hits=l1.hits - l1.coalesced,
-            coalesced=l1.coalesced,
-            l2_errors=self.store.errors,
-            l2_auth_failures=self.store.auth_failures,
+        """Where lookups were answered (L1, Redis, backend), Redis' health and the global view: one
+        snapshot of the recorder, so the numbers agree with each other and with :meth:`get_stats`."""
+        return TierStats.of(
+            self.recorder.snapshot(),
             warnings_logged=self.store.warnings_logged,
             circuit_open=not self.store.breaker.closed,
             global_stats=self._global,
-            **self._counters.snapshot(),
         )
 
     def reset_stats(self) -> None:
-        """Zero local counters. Deltas not yet flushed to the shared hash are dropped."""
+        """Zero the counters (L1 and tier: one recorder). Deltas not yet flushed to the shared hash
+        are dropped."""
         with self._flush_lock:
             self.l1.reset_stats()
-            self._counters.reset()
-            self.store.reset_counters()
             self._flushed = {}
             self._generation += 1
 
@@ -353,16 +349,8 @@ class TieredCache(CacheInterface):
         return self.l1.track_stats and self.stats_logging_interval is not None
 
     def _totals(self) -> dict[str, int]:
-        mine = self._counters.snapshot()
-        return {
-            "lookups": self.l1.get_stats().lookups,
-            "computations": mine["computations"],
-            "l2_hits": mine["l2_hits"],
-            "l2_errors": self.store.errors,
-            "l2_auth_failures": self.store.auth_failures,
-            "lease_waits": mine["lease_waits"],
-            "lease_takeovers": mine["lease_takeovers"],
-        }
+        snapshot = self.recorder.snapshot()
+        return {name: getattr(snapshot, name) for name in GLOBAL_FIELDS}
 
     async def flush_stats(self) -> GlobalTierStats | None:
         """Add this replica's counter deltas to the shared hash and read the totals back (one

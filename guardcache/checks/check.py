@@ -195,7 +195,7 @@ class LLMCheck:
             verdict = self.parser(result.content)
         except ParseError as exc:
             raise Unreadable(str(exc), result.usage) from None
-        return CachedCheck(verdict, result.usage)
+        return CachedCheck.shared(verdict, result.usage)
 
     async def run(self, variables: Mapping[str, Any], deadline: float | None = None) -> CheckOutcome:
         """Decide; records the call (or its cached stand-in) in the current request's stats.

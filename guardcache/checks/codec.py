@@ -44,7 +44,7 @@ def decode(data: bytes | None) -> CachedCheck | None:
         usage = Usage(pt, ct, tt, cached, body.get("m"), body.get("p"))
     except (ValueError, KeyError, TypeError):
         return None
-    return CachedCheck(verdict, usage)
+    return CachedCheck.shared(verdict, usage)
 
 
 __all__ = ["VERSION", "decode", "encode"]

@@ -8,6 +8,7 @@ than failing a call whose answer is fine.
 from __future__ import annotations
 
 import re
+import sys
 from dataclasses import dataclass
 from typing import Any
 
@@ -65,6 +66,9 @@ def parse_usage(raw: object, *, model: str | None = None, provider: str | None =
     the two others; ``prompt_tokens_details`` and its ``cached_tokens`` may be absent or null (0):
     vLLM omits the object when nothing was cached, other servers never send it.
     """
+    # Interned: a cached verdict keeps its usage, and a model name decoded from each response body
+    # would be one more ~90 B string per cache entry.
+    model = sys.intern(model) if model else model
     if not isinstance(raw, dict):
         return Usage(model=model, provider=provider)
     prompt = _count(raw.get("prompt_tokens"))

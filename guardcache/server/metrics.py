@@ -24,13 +24,24 @@ from prometheus_client.registry import Collector
 
 from guardcache.cache import CacheInterface
 
+#: metric name (``guardcache_cache_<name>_total``) -> (key of ``get_stats()``, help)
 CACHE_COUNTERS = {
-    "hits": "Lookups served without a backend call of their own (coalesced askers included).",
-    "misses": "Lookups that computed the value (a backend call).",
-    "coalesced": "Askers that joined an in-flight computation (also counted as hits).",
-    "evictions": "Entries evicted to make room.",
-    "puts": "Entries stored.",
-    "updates": "Stored entries replaced.",
+    "hits": ("hits", "Lookups served without a backend call of their own (coalesced askers included)."),
+    "misses": ("misses", "Lookups that computed the value (a backend call)."),
+    "coalesced": ("coalesced", "Askers that joined an in-flight computation (also counted as hits)."),
+    "evictions": ("evictions", "Entries evicted to make room."),
+    "puts": ("puts", "Entries stored."),
+    "updates": ("updates", "Stored entries replaced."),
+    "load_success": ("load_success", "Computations on a miss that produced a value (stored)."),
+    "load_failure": (
+        "load_failure",
+        "Computations on a miss that failed or were cancelled (nothing stored).",
+    ),
+    "load_seconds": (
+        "total_load_time",
+        "Seconds spent in computations on a miss, successful or not (with a Redis tier: the "
+        "Redis lookup, lease and backend call of each in-process miss).",
+    ),
 }
 CACHE_GAUGES = {
     "current_size": "Entries in the cache.",
@@ -68,8 +79,8 @@ class CacheCollector(Collector):
     def collect(self) -> Iterator[Metric]:
         labels = ["config", "model"]
         counters = {
-            name: CounterMetricFamily(f"guardcache_cache_{name}", text, labels=labels)
-            for name, text in CACHE_COUNTERS.items()
+            key: CounterMetricFamily(f"guardcache_cache_{name}", text, labels=labels)
+            for name, (key, text) in CACHE_COUNTERS.items()
         }
         gauges = {
             name: GaugeMetricFamily(f"guardcache_cache_{name}", text, labels=labels)

@@ -87,8 +87,15 @@ def test_get_stats_is_a_dict_with_attribute_access() -> None:
         "maxsize": 4,
         "hit_rate": 0.5,
         "capacity": 4,
+        "load_success": 0,
+        "load_failure": 0,
+        "total_load_time": 0.0,
+        "average_load_penalty": 0.0,
     }
-    for name in ("hits", "misses", "evictions", "puts", "updates", "coalesced", "current_size", "maxsize"):
+    for name in (
+        *("hits", "misses", "evictions", "puts", "updates", "coalesced", "current_size", "maxsize"),
+        *("load_success", "load_failure", "total_load_time", "average_load_penalty"),
+    ):
         assert getattr(s, name) == s[name]
     assert s.hit_rate == s["hit_rate"] == 0.5 and s.lookups == 2
     assert json.loads(json.dumps(s)) == dict(s)

@@ -56,6 +56,18 @@ def test_cache_numbers_are_the_caches_own_at_scrape_time() -> None:
     assert got[("guardcache_cache_maxsize", labels)] == 2
     assert got[("guardcache_cache_hit_rate", labels)] == stats["hit_rate"]
     assert stats["coalesced"] == 2
+    assert got[("guardcache_cache_load_success_total", labels)] == stats["load_success"] == 1
+    assert got[("guardcache_cache_load_failure_total", labels)] == stats["load_failure"] == 0
+    assert got[("guardcache_cache_load_seconds_total", labels)] == stats["total_load_time"] > 0
+
+    async def fail() -> None:
+        async def boom() -> int:
+            raise RuntimeError("backend down")
+
+        assert await cache.get_or_compute(b"e", boom, default=None) is None
+
+    asyncio.run(fail())
+    assert scrape(metrics)[("guardcache_cache_load_failure_total", labels)] == 1
 
 
 def test_a_turn_is_counted_from_its_record() -> None:

@@ -65,7 +65,7 @@ class ClassifyCheck:
             verdict: Verdict = self.parser(result.content)
         except ParseError as exc:
             raise Unreadable(str(exc), result.usage) from None
-        return CachedCheck(verdict, result.usage)
+        return CachedCheck.shared(verdict, result.usage)
 
     async def run(self, variables: Mapping[str, Any], deadline: float | None = None) -> CheckOutcome:
         text = self.texts.read(variables)["user_input"]
