@@ -26,6 +26,7 @@ Why the pieces are where they are:
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 from contextvars import ContextVar
@@ -218,8 +219,41 @@ BACKEND_CALL_SIGNAL: ContextVar[Callable[[], None] | None] = ContextVar(
     "guardcache_backend_call_signal", default=None
 )
 """Called, when set in the request's context, as a check of that request starts a backend call (a
-miss). The runtime uses it to start the main model early only when a verdict is not known yet; a
-hit never reads it."""
+miss), or joins another request's backend call for the same key (it waits for that call just the
+same). The runtime uses it to start the main model early only when a verdict is not known yet; a
+hit never fires it."""
+
+
+class _BackendCalls:
+    """Keys whose value is being computed by a backend call right now, so that an asker joining that
+    call (single flight) knows it waits for a backend too. Without this, a turn that joined another
+    turn's input check got no early start although it waited as long as a miss. A count per key,
+    under a lock: two caches (two ``LLMRails`` of one config) may compute one key at once, from
+    different threads. Touched on misses only; a hit reads it only when the signal is set."""
+
+    __slots__ = ("_counts", "_lock")
+
+    def __init__(self) -> None:
+        self._counts: dict[bytes, int] = {}
+        self._lock = threading.Lock()
+
+    def __contains__(self, key: bytes) -> bool:
+        return key in self._counts
+
+    def enter(self, key: bytes) -> None:
+        with self._lock:
+            self._counts[key] = self._counts.get(key, 0) + 1
+
+    def leave(self, key: bytes) -> None:
+        with self._lock:
+            left = self._counts[key] - 1
+            if left:
+                self._counts[key] = left
+            else:
+                del self._counts[key]
+
+
+_IN_BACKEND = _BackendCalls()
 
 
 async def run_cached(
@@ -227,16 +261,22 @@ async def run_cached(
 ) -> CheckOutcome:
     """Serve ``key`` from the cache or compute it with ``call`` (single flight), and record it."""
     computed = False
+    signal = BACKEND_CALL_SIGNAL.get()
 
     async def compute() -> CachedCheck:
         nonlocal computed
         computed = True
-        signal = BACKEND_CALL_SIGNAL.get()
         if signal is not None:
             signal()
-        value: CachedCheck = await call()
+        _IN_BACKEND.enter(key)
+        try:
+            value: CachedCheck = await call()
+        finally:
+            _IN_BACKEND.leave(key)
         return value
 
+    if signal is not None and key in _IN_BACKEND:
+        signal()  # this asker will join a backend call already under way
     started = time.monotonic()
     try:
         value = await compute() if cache is None else await cache.get_or_compute(key, compute)

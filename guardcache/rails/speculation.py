@@ -2,7 +2,8 @@
 
 On a miss the input checks cost a backend call each, and the main model could not start until they
 were done: a miss turn paid input + main + output one after another. Here the main call starts the
-moment a check of this turn goes to its backend, so a miss turn costs about
+moment a check of this turn goes to its backend (or joins another turn's backend call for the same
+text, which it waits for just the same), so a miss turn costs about
 max(input, main) + output. Nothing changes on a hit: every verdict is known before any backend call,
 the signal never fires, and the main model starts after the verdict as usual.
 

@@ -3,10 +3,14 @@
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Awaitable
 
 import pytest
 
-from guardcache.checks.check import BACKEND_CALL_SIGNAL
+from guardcache.cache import LFUCache
+from guardcache.checks.check import BACKEND_CALL_SIGNAL, CheckOutcome, run_cached
+from guardcache.checks.verdict import CachedCheck, Verdict
+from guardcache.llm.types import Usage
 from guardcache.rails.speculation import abandon, run_with_early_start
 
 
@@ -95,3 +99,37 @@ async def test_cancelling_the_turn_leaves_nothing_in_flight() -> None:
     await asyncio.sleep(0)
     assert main.cancelled == 1
     assert asyncio.all_tasks() - before == set()
+
+
+async def test_a_turn_that_joins_another_turns_backend_call_starts_its_main_model_early_too() -> None:
+    """Two turns with one text: the first check goes to the backend, the second joins that call
+    (single flight). The second waits as long as a miss, so its main model starts early too; a third
+    asker after the verdict is a hit and starts nothing."""
+    cache = LFUCache(16)
+    backend = asyncio.Event()
+    calls = 0
+
+    async def call() -> CachedCheck:
+        nonlocal calls
+        calls += 1
+        await backend.wait()
+        return CachedCheck(Verdict(True, label="safe"), Usage(prompt_tokens=10, completion_tokens=2))
+
+    def check() -> Awaitable[CheckOutcome]:
+        return run_cached("content_safety_check_input", cache, b"k" * 32, call)
+
+    mains = [Main(seconds=0.01) for _ in range(3)]
+    first = asyncio.ensure_future(run_with_early_start(check, mains[0]))
+    await asyncio.sleep(0.01)
+    assert mains[0].started == 1  # the leader's backend call started it
+    second = asyncio.ensure_future(run_with_early_start(check, mains[1]))
+    await asyncio.sleep(0.01)
+    assert mains[1].started == 1  # joined the call under way, before any verdict
+    backend.set()
+    for turn in (first, second):
+        outcome, task = await turn
+        assert outcome.verdict.allowed and task is not None
+        await task
+    outcome, task = await run_with_early_start(check, mains[2])
+    assert outcome.from_cache and task is None and mains[2].started == 0
+    assert calls == 1
