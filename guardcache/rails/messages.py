@@ -30,13 +30,31 @@ Message = dict[str, str]
 
 
 def read_messages(messages: Any, argument: str = "messages") -> list[Message]:
-    """``messages`` as a list of ``{"role", "content"}`` dicts with canonical roles and str content."""
-    if isinstance(messages, str | bytes | bytearray | Mapping):
-        hint = " (to pass one user text, use prompt=...)" if isinstance(messages, str) else ""
-        raise TypeError(f"{argument} must be a list of messages, not {type(messages).__name__}{hint}")
-    if not isinstance(messages, Sequence):
-        raise TypeError(f"{argument} must be a list of messages, not {type(messages).__name__}")
-    return [_read(message, f"{argument}[{i}]") for i, message in enumerate(messages)]
+    """``messages`` as a list of ``{"role", "content"}`` dicts with canonical roles and str content.
+
+    Every cached check pays this, so the common shape (a list of dicts with str content and a
+    canonical role) takes a path of exact type tests: ABC ``isinstance`` checks and the error
+    location strings cost ~2 us a message, a fifth of a cached check.
+    """
+    if type(messages) is not list:
+        if isinstance(messages, str | bytes | bytearray | Mapping):
+            hint = " (to pass one user text, use prompt=...)" if isinstance(messages, str) else ""
+            raise TypeError(f"{argument} must be a list of messages, not {type(messages).__name__}{hint}")
+        if not isinstance(messages, Sequence):
+            raise TypeError(f"{argument} must be a list of messages, not {type(messages).__name__}")
+    out: list[Message] = []
+    for i, message in enumerate(messages):
+        if type(message) is dict:
+            role, content = message.get("role"), message.get("content")
+            if type(content) is str and type(role) is str and role in _CANONICAL:
+                out.append({"role": role, "content": content})
+                continue
+        out.append(_read(message, f"{argument}[{i}]"))
+    return out
+
+
+_CANONICAL = frozenset(("user", "assistant", "system", "tool"))
+"""Role names that read as themselves (the fast path of :func:`read_messages`)."""
 
 
 def _read(message: Any, where: str) -> Message:
