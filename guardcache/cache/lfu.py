@@ -55,9 +55,10 @@ class LFUCache(CacheInterface):
     - Counting goes to ``recorder`` (default: a new
       :class:`~guardcache.cache.recorder.ConcurrentStatsRecorder`, counting whether or not
       ``track_stats`` is on, so ``get_stats()`` and metrics always work); give it
-      :data:`~guardcache.cache.recorder.DISABLED_RECORDER` to count nothing: the hot paths then
-      have no counter lines at all. ``track_stats`` turns on reporting: :meth:`log_stats_now`
-      writes the stats line only then, as in NeMo Guardrails.
+      :data:`~guardcache.cache.recorder.DISABLED_RECORDER` to count nothing: nothing reads the hot
+      paths' two closure counters then, and the single flight reads no clock. ``track_stats``
+      turns on reporting: :meth:`log_stats_now` writes the stats line only then, as in NeMo
+      Guardrails.
     - With ``track_stats`` and ``stats_logging_interval`` the line is written periodically, until
       :meth:`close` or garbage collection, in one of two ways:
 
@@ -103,7 +104,7 @@ class LFUCache(CacheInterface):
         # and clear() (in _counts); the recorder reads both through _read_counts.
         counting = self.recorder.enabled
         self._counts: Counts | None = [0] * N_COUNTERS if counting else None
-        bare = hot_paths(self._s, self._lock, maxsize, counting)
+        bare = hot_paths(self._s, self._lock, maxsize)
         self._flight = SingleFlight(self._lock, self._lookup, bare.put, self._counts)
         if counting:
             self.recorder.bind(self._lock, self._read_counts)

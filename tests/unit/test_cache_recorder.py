@@ -215,14 +215,11 @@ async def test_the_disabled_recorder_counts_nothing_and_the_cache_still_works() 
     stats = c.get_stats()
     assert stats.hits == stats.misses == stats.puts == stats.evictions == stats.load_success == 0
     assert stats.maxsize == 2
-    # Its hot path has no counter at all (not a counter nobody reads).
-    assert c.hot.counts() == (0, 0, 0, 0)
-    assert "hits" not in c.get.__code__.co_freevars
 
 
-def test_the_counted_and_uncounted_hot_paths_behave_alike() -> None:
-    """The disabled recorder's cache runs a copy of ``get`` without counter lines: same results,
-    same eviction order, on a random workload."""
+def test_caches_with_and_without_a_recorder_behave_alike() -> None:
+    """A disabled recorder changes what is reported, never what is stored: same results, same
+    eviction order, on a random workload."""
     counted, uncounted = LFUCache(50), LFUCache(50, recorder=DISABLED_RECORDER)
     rnd = random.Random(3)
     for step in range(20_000):
