@@ -73,7 +73,20 @@ class Check(Protocol):
 
     async def run(self, variables: Mapping[str, Any], deadline: float | None = None) -> CheckOutcome: ...
 
+    def cached(self, variables: Mapping[str, Any]) -> bool:
+        """Whether :meth:`run` would be answered from the cache right now, without counting a
+        lookup (the runtime skips running parallel checks as tasks when all of them are)."""
+        ...
+
     async def prime(self) -> None: ...
+
+
+def in_cache(cache: CacheInterface | None, key: bytes) -> bool:
+    """``key`` is stored in ``cache``, asked without counting a lookup; False for a cache that can
+    only answer by counting one (a ``CacheInterface`` that keeps the default ``contains``)."""
+    if cache is None or type(cache).contains is CacheInterface.contains:
+        return False
+    return cache.contains(key)
 
 
 class Unreadable(Exception):
@@ -190,6 +203,9 @@ class LLMCheck:
         """The cache key of normalized texts: the namespace fixes everything else the model sees."""
         return digest(self.namespace, key_fields(texts, self.texts.names))
 
+    def cached(self, variables: Mapping[str, Any]) -> bool:
+        return in_cache(self.cache, self.key(self.texts.read(variables)))
+
     async def _call(self, texts: Mapping[str, Any], deadline: float | None) -> CachedCheck:
         result = await self.client.complete(self.messages(texts), deadline=deadline, **self.params)
         try:
@@ -297,6 +313,7 @@ __all__ = [
     "TurnTexts",
     "Unreadable",
     "digest",
+    "in_cache",
     "key_fields",
     "normalized_text",
     "run_cached",

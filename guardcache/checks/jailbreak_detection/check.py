@@ -11,7 +11,15 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from guardcache.cache import CacheInterface, Namespace
-from guardcache.checks.check import WARM_UP_TEXTS, CheckOutcome, TurnTexts, Unreadable, digest, run_cached
+from guardcache.checks.check import (
+    WARM_UP_TEXTS,
+    CheckOutcome,
+    TurnTexts,
+    Unreadable,
+    digest,
+    in_cache,
+    run_cached,
+)
 from guardcache.checks.verdict import CachedCheck, Verdict
 from guardcache.config import RailsConfig
 from guardcache.errors import ConfigError, ParseError
@@ -71,6 +79,9 @@ class ClassifyCheck:
         text = self.texts.read(variables)["user_input"]
         key = digest(self.namespace, [text])
         return await run_cached(self.task, self.cache, key, lambda: self._call(text, deadline))
+
+    def cached(self, variables: Mapping[str, Any]) -> bool:
+        return in_cache(self.cache, digest(self.namespace, [self.texts.read(variables)["user_input"]]))
 
     async def prime(self) -> None:
         await self.client.classify(self.texts.read(WARM_UP_TEXTS)["user_input"])
