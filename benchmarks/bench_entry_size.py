@@ -132,7 +132,7 @@ async def measure(n: int, concurrency: int, workload: str) -> dict[str, Any]:
         # Interned values (CachedCheck.shared) are held by their tables too: count them as the cache's.
         from guardcache.checks import verdict as values
 
-        for table in (getattr(values, "_CHECKS", None), getattr(values, "_VERDICTS", None)):
+        for table in (getattr(values, name, None) for name in ("_CHECKS", "_VERDICTS", "_HEADS")):
             if table is not None:
                 table.clear()
         gc.collect()

@@ -301,8 +301,9 @@ async def run_cached(
         record_call(LLMCallInfo.from_usage(task, exc.usage, duration=duration, from_cache=not computed))
         return CheckOutcome(Verdict(False, (), label="unreadable"), False, duration, str(exc))
     duration = time.monotonic() - started
-    record_call(LLMCallInfo.from_usage(task, value.usage, duration=duration, from_cache=not computed))
-    return CheckOutcome(value.verdict, not computed, duration)
+    verdict, info = value.replay(task, duration, not computed)
+    record_call(info)
+    return CheckOutcome(verdict, not computed, duration)
 
 
 __all__ = [

@@ -110,12 +110,21 @@ def test_codec_round_trips_and_rejects_what_it_cannot_read() -> None:
         assert codec.decode(bad) is None
 
 
+USAGE: dict[str, Any] = {"prompt_tokens": 400, "completion_tokens": 8, "total_tokens": 408}
+
+
 class Recorder:
     """A MockTransport handler answering like the NIM and keeping every request body."""
 
-    def __init__(self, content: str = '{"User Safety": "safe"} ', status: int = 200) -> None:
+    def __init__(
+        self,
+        content: str = '{"User Safety": "safe"} ',
+        status: int = 200,
+        usage: dict[str, Any] | None = None,
+    ) -> None:
         self.bodies: list[dict[str, Any]] = []
         self.content, self.status = content, status
+        self.usage = USAGE if usage is None else usage
 
     def __call__(self, request: httpx2.Request) -> httpx2.Response:
         self.bodies.append(json.loads(request.content))
@@ -129,7 +138,7 @@ class Recorder:
                 "created": 0,
                 "model": "nemoguard",
                 "choices": [{"index": 0, "message": {"role": "assistant", "content": self.content}}],
-                "usage": {"prompt_tokens": 400, "completion_tokens": 8, "total_tokens": 408},
+                "usage": self.usage,
             },
         )
 
@@ -179,6 +188,43 @@ async def test_whitespace_variants_share_one_entry_and_a_hit_makes_no_request() 
     first = await check.run({"user_input": "hello   world"})
     second = await check.run({"user_input": " hello world\n"})
     assert not first.from_cache and second.from_cache and len(recorder.bodies) == 1
+
+
+@pytest.mark.parametrize(
+    "usage",
+    [
+        {
+            "prompt_tokens": 1234,
+            "completion_tokens": 6,
+            "total_tokens": 1240,
+            "prompt_tokens_details": {"cached_tokens": 1152},
+        },
+        {"prompt_tokens": 0, "completion_tokens": 0},
+        {"prompt_tokens": 5_000_000_000, "completion_tokens": 7, "total_tokens": 5_000_000_007},
+    ],
+)
+async def test_a_hit_records_exactly_the_original_calls_usage(usage: dict[str, Any]) -> None:
+    recorder = Recorder(usage=usage)
+    check = make_check(recorder, cache=LFUCache(10))
+    with request_scope() as explain:
+        await check.run({"user_input": "hello"})
+        hit = await check.run({"user_input": "hello"})
+    miss_info, hit_info = explain.snapshot()
+    assert hit.from_cache and hit.verdict.allowed and len(recorder.bodies) == 1
+    assert not miss_info.from_cache and hit_info.from_cache
+    fields = (
+        "task",
+        "prompt_tokens",
+        "completion_tokens",
+        "total_tokens",
+        "cached_prompt_tokens",
+        "model",
+        "provider",
+    )
+    assert [getattr(hit_info, f) for f in fields] == [getattr(miss_info, f) for f in fields]
+    assert hit_info.prompt_tokens == usage["prompt_tokens"]
+    assert hit_info.cached_prompt_tokens == usage.get("prompt_tokens_details", {}).get("cached_tokens", 0)
+    assert hit_info.model == "nemoguard" and hit_info.duration == hit.duration
 
 
 async def test_unreadable_answers_block_and_are_not_cached_and_http_errors_raise() -> None:
