@@ -14,14 +14,12 @@ from collections.abc import AsyncIterator
 from types import SimpleNamespace
 from typing import Any
 
+import aiohttp
 import pytest
+from aiohttp import http_exceptions
+from multidict import CIMultiDict, CIMultiDictProxy
 
-aiohttp = pytest.importorskip("aiohttp")
-
-from aiohttp import http_exceptions  # noqa: E402
-from multidict import CIMultiDict, CIMultiDictProxy  # noqa: E402
-
-from guardcache.errors import (  # noqa: E402
+from guardcache.errors import (
     BackendConnectionError,
     BackendError,
     BackendInputRejectedError,
@@ -29,12 +27,12 @@ from guardcache.errors import (  # noqa: E402
     BackendStatusError,
     BackendTimeoutError,
 )
-from guardcache.llm import pool as pools  # noqa: E402
-from guardcache.llm.aiohttp_pool import AiohttpLane, AiohttpPool, wire_error  # noqa: E402
-from guardcache.llm.client import ChatClient  # noqa: E402
-from guardcache.llm.retry import RetryPolicy  # noqa: E402
-from guardcache.llm.wire import WireKind  # noqa: E402
-from guardcache.rails.main_llm import ClientLLM, StreamTotals  # noqa: E402
+from guardcache.llm import pool as pools
+from guardcache.llm.aiohttp_pool import AiohttpLane, AiohttpPool, wire_error
+from guardcache.llm.client import ChatClient
+from guardcache.llm.retry import RetryPolicy
+from guardcache.llm.wire import WireKind
+from guardcache.rails.main_llm import ClientLLM, StreamTotals
 
 BASE = "http://nim.test:8000/v1"
 SECRET = "my card number is 4111 1111 1111 1111"
