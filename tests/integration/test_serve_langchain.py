@@ -7,8 +7,7 @@ Many apps reach their model through LangChain rather than the ``openai`` client;
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Iterator
-from pathlib import Path
+from collections.abc import AsyncIterator
 
 import httpx
 import pytest
@@ -17,26 +16,14 @@ from langchain_openai import ChatOpenAI
 
 from guardcache.emulator import ThreadedEmulator
 from guardcache.rails import REFUSAL
-from tests.integration.test_serve import MAIN_MODEL, ServeProcess, emulator, write_config
+from tests.integration import test_serve as support
+from tests.integration.test_serve import MAIN_MODEL, ServeProcess
 
 pytestmark = pytest.mark.integration
 
-
-@pytest.fixture(scope="module")
-def nims() -> Iterator[tuple[ThreadedEmulator, ThreadedEmulator]]:
-    with emulator(model=MAIN_MODEL) as main, emulator() as guard:
-        yield main, guard
-
-
-@pytest.fixture(scope="module")
-def served(
-    nims: tuple[ThreadedEmulator, ThreadedEmulator], tmp_path_factory: pytest.TempPathFactory
-) -> Iterator[ServeProcess]:
-    main, guard = nims
-    folder: Path = write_config(tmp_path_factory.mktemp("serve-lc") / "app", main.base_url, guard.base_url)
-    server = ServeProcess(folder).start()
-    yield server
-    server.stop()
+# The emulated NIMs and the server: test_serve.py's module fixtures (a fresh pair for this module).
+nims = support.nims
+served = support.served
 
 
 def chat(served: ServeProcess, http_async_client: httpx.AsyncClient | None = None) -> ChatOpenAI:
