@@ -53,7 +53,7 @@ def read_messages(messages: Any, argument: str = "messages") -> list[Message]:
     return out
 
 
-_CANONICAL = frozenset(("user", "assistant", "system", "tool"))
+_CANONICAL = frozenset(name for name, canonical in ROLES.items() if name == canonical)
 """Role names that read as themselves (the fast path of :func:`read_messages`)."""
 
 
