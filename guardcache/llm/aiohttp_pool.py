@@ -33,7 +33,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import threading
 import weakref
 from collections.abc import AsyncIterator, Mapping
@@ -45,53 +44,10 @@ from aiohttp import http_exceptions
 from yarl import URL
 
 from guardcache.llm.pool import DEFAULT_LIMITS, USER_AGENT, normalize_base_url, shared_ssl_context
-from guardcache.llm.wire import Reply, WireError, WireKind
-
-try:  # faster than json for the request body; installed with the ``server`` extra
-    import orjson
-
-    def _dumps(body: Mapping[str, Any]) -> bytes:
-        return orjson.dumps(body)
-
-    def _loads(data: bytes) -> Any:
-        return orjson.loads(data)
-
-except ImportError:  # pragma: no cover - depends on the environment
-
-    def _dumps(body: Mapping[str, Any]) -> bytes:
-        return json.dumps(body, ensure_ascii=False, separators=(",", ":")).encode()
-
-    def _loads(data: bytes) -> Any:
-        return json.loads(data)
-
+from guardcache.llm.wire import BodyReply, Reply, WireError, WireKind, dumps_body
 
 KEEPALIVE_EXPIRY = 4.0
 """Seconds an idle connection is kept (under the 5 s keep-alive of uvicorn and many proxies)."""
-
-_NO_HEADERS: Mapping[str, str] = {}
-
-
-class BodyReply:
-    """A whole response: status, headers and body bytes (implements :class:`~guardcache.llm.wire.Reply`)."""
-
-    __slots__ = ("body", "headers", "status_code")
-
-    def __init__(self, status: int, headers: Mapping[str, str], body: bytes) -> None:
-        self.status_code = status
-        self.headers = headers
-        self.body = body
-
-    @property
-    def is_success(self) -> bool:
-        return 200 <= self.status_code < 300
-
-    @property
-    def text(self) -> str:
-        return self.body.decode("utf-8", errors="replace")
-
-    def json(self) -> Any:
-        """The body as JSON; ``ValueError`` when it is not (orjson's error is one)."""
-        return _loads(self.body)
 
 
 class AiohttpLane:
@@ -130,7 +86,7 @@ class AiohttpLane:
         try:
             async with self.session.post(
                 self._url(url),
-                data=_dumps(body),
+                data=dumps_body(body),
                 headers=headers,
                 timeout=self._timeout(phases),
                 allow_redirects=False,
@@ -149,7 +105,7 @@ class AiohttpLane:
         try:
             response = await self.session.post(
                 self._url(url),
-                data=_dumps(body),
+                data=dumps_body(body),
                 headers=headers,
                 timeout=self._timeout(phases),
                 allow_redirects=False,

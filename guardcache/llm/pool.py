@@ -295,9 +295,9 @@ _default_lock = threading.Lock()
 def default_pool() -> WirePool:
     """The process-wide pool every ChatClient uses unless given a transport, a client or a pool.
 
-    aiohttp's when it is installed (about 4-5x less client CPU per call, see
-    :mod:`guardcache.llm.wire`), unless ``GUARDCACHE_HTTP_CLIENT=httpx2``; httpx2's otherwise.
-    Chosen once per process, on first use.
+    guardcache's own HTTP/1.1 client (:mod:`guardcache.llm.h1_pool`, the least CPU per call: see
+    ``benchmarks/bench_http_clients.py``) unless ``GUARDCACHE_HTTP_CLIENT`` names ``aiohttp`` or
+    ``httpx2``. Chosen once per process, on first use.
     """
     global _default_wire
     if _default_wire is None:
@@ -309,18 +309,16 @@ def default_pool() -> WirePool:
 
 def _choose_default() -> WirePool:
     wanted = os.environ.get(HTTP_CLIENT_ENV, "").strip().lower()
-    if wanted not in ("", "aiohttp", "httpx2"):
-        raise ValueError(f"{HTTP_CLIENT_ENV}={wanted!r}: expected aiohttp or httpx2")
-    if wanted != "httpx2":
-        try:
-            from guardcache.llm.aiohttp_pool import AiohttpPool
-        except ImportError:
-            if wanted == "aiohttp":
-                raise ImportError(
-                    f"{HTTP_CLIENT_ENV}=aiohttp but aiohttp is not installed: pip install aiohttp"
-                ) from None
-        else:
-            return AiohttpPool()
+    if wanted not in ("", "h1", "aiohttp", "httpx2"):
+        raise ValueError(f"{HTTP_CLIENT_ENV}={wanted!r}: expected h1, aiohttp or httpx2")
+    if wanted in ("", "h1"):
+        from guardcache.llm.h1_pool import H1Pool
+
+        return H1Pool()
+    if wanted == "aiohttp":
+        from guardcache.llm.aiohttp_pool import AiohttpPool
+
+        return AiohttpPool()
     return _DEFAULT_POOL
 
 

@@ -18,11 +18,33 @@ from __future__ import annotations
 
 import asyncio
 import enum
+import json
 from collections.abc import AsyncIterator, Mapping
 from contextlib import AbstractAsyncContextManager
 from typing import Any, Protocol
 
 import httpx2
+
+try:  # faster than json for request and response bodies; installed with the ``server`` extra
+    import orjson
+
+    def dumps_body(body: Mapping[str, Any]) -> bytes:
+        """A request body as compact UTF-8 JSON."""
+        return orjson.dumps(body)
+
+    def loads_body(data: bytes) -> Any:
+        """A response body's JSON; ``ValueError`` when it is not JSON."""
+        return orjson.loads(data)
+
+except ImportError:  # pragma: no cover - depends on the environment
+
+    def dumps_body(body: Mapping[str, Any]) -> bytes:
+        """A request body as compact UTF-8 JSON."""
+        return json.dumps(body, ensure_ascii=False, separators=(",", ":")).encode()
+
+    def loads_body(data: bytes) -> Any:
+        """A response body's JSON; ``ValueError`` when it is not JSON."""
+        return json.loads(data)
 
 
 class WireKind(enum.Enum):
@@ -72,6 +94,29 @@ class Reply(Protocol):
     def json(self) -> Any: ...
 
 
+class BodyReply:
+    """A whole response read by a transport: status, headers and body bytes (a :class:`Reply`)."""
+
+    __slots__ = ("body", "headers", "status_code")
+
+    def __init__(self, status: int, headers: Mapping[str, str], body: bytes) -> None:
+        self.status_code = status
+        self.headers = headers
+        self.body = body
+
+    @property
+    def is_success(self) -> bool:
+        return 200 <= self.status_code < 300
+
+    @property
+    def text(self) -> str:
+        return self.body.decode("utf-8", errors="replace")
+
+    def json(self) -> Any:
+        """The body as JSON; ``ValueError`` when it is not (orjson's error is one)."""
+        return loads_body(self.body)
+
+
 class StreamReply(Protocol):
     """A response whose body is read as lines (server-sent events)."""
 
@@ -118,4 +163,14 @@ class WirePool(Protocol):
     async def aclose_all(self) -> None: ...
 
 
-__all__ = ["Reply", "StreamReply", "WireError", "WireKind", "WireLane", "WirePool"]
+__all__ = [
+    "BodyReply",
+    "Reply",
+    "StreamReply",
+    "WireError",
+    "WireKind",
+    "WireLane",
+    "WirePool",
+    "dumps_body",
+    "loads_body",
+]

@@ -110,6 +110,14 @@ class ServeProcess:
     def log(self) -> str:
         return "".join(self.lines)
 
+    def wait_log(self, text: str, within: float = 5.0) -> str:
+        """The log once it holds ``text``: a line the server wrote before answering may still be
+        on its way through the stderr pipe when the answer arrives."""
+        deadline = time.monotonic() + within
+        while text not in (log := self.log()) and time.monotonic() < deadline:
+            time.sleep(0.02)
+        return log
+
     def terminate(self) -> None:
         if self.proc is not None and self.proc.poll() is None:
             self.proc.send_signal(signal.SIGTERM)
@@ -506,7 +514,7 @@ def test_not_ready_while_a_guard_backend_is_unreachable(serve: Any, tmp_path: Pa
     # Fail closed: the input check cannot run, so the turn is refused, not answered.
     reply = server.client().chat.completions.create(model="x", messages=[{"role": "user", "content": "hi"}])
     assert reply.choices[0].message.content == REFUSAL
-    assert "could not get a verdict" in server.log()
+    assert "could not get a verdict" in server.wait_log("could not get a verdict")
 
 
 def test_client_api_keys(serve: Any, tmp_path: Path, nims: Any) -> None:

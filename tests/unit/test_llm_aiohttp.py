@@ -30,6 +30,7 @@ from guardcache.errors import (
 from guardcache.llm import pool as pools
 from guardcache.llm.aiohttp_pool import AiohttpLane, AiohttpPool, wire_error
 from guardcache.llm.client import ChatClient
+from guardcache.llm.h1_pool import H1Pool
 from guardcache.llm.retry import RetryPolicy
 from guardcache.llm.wire import WireKind
 from guardcache.rails.main_llm import ClientLLM, StreamTotals
@@ -345,9 +346,10 @@ def fresh_default(monkeypatch: pytest.MonkeyPatch) -> AsyncIterator[None]:
 
 
 @pytest.mark.parametrize(
-    ("value", "kind"), [("", AiohttpPool), ("aiohttp", AiohttpPool), ("httpx2", pools.ClientPool)]
+    ("value", "kind"),
+    [("", H1Pool), ("h1", H1Pool), ("aiohttp", AiohttpPool), ("httpx2", pools.ClientPool)],
 )
-def test_the_default_transport_is_aiohttp_unless_the_environment_says_httpx2(
+def test_the_default_transport_is_h1_unless_the_environment_names_another(
     value: str, kind: type, monkeypatch: pytest.MonkeyPatch, fresh_default: None
 ) -> None:
     monkeypatch.setenv(pools.HTTP_CLIENT_ENV, value)
@@ -356,5 +358,5 @@ def test_the_default_transport_is_aiohttp_unless_the_environment_says_httpx2(
 
 def test_an_unknown_transport_name_is_refused(monkeypatch: pytest.MonkeyPatch, fresh_default: None) -> None:
     monkeypatch.setenv(pools.HTTP_CLIENT_ENV, "requests")
-    with pytest.raises(ValueError, match="aiohttp or httpx2"):
+    with pytest.raises(ValueError, match="h1, aiohttp or httpx2"):
         pools.default_pool()

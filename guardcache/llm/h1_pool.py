@@ -1,0 +1,635 @@
+"""guardcache's own HTTP/1.1 keep-alive client: the default transport of every ChatClient.
+
+Why not aiohttp (the default before): at 100% cache hits the outgoing call to the main model is most
+of a guarded turn's CPU. ``benchmarks/bench_http_clients.py`` and ``bench_serve.py`` measure it side
+by side: aiohttp's general-purpose request path (URL objects, multidicts, payload writers, tracing
+hooks, a response object with cookies and history) cost ~300 us of CPU per proxied call under
+load, where this one costs well under a third of that. A call to an OpenAI-compatible endpoint
+needs very little of HTTP: one POST with a JSON body, one JSON or SSE answer.
+
+What it does, and what it leaves to others:
+
+- **Parsing** is httptools' (llhttp, the parser of Node.js, uvicorn and aiohttp): status line,
+  headers, ``Content-Length``, chunked transfer coding and keep-alive are its job, not ours.
+- **Requests** are one ``transport.write`` each: the request line and fixed headers are built once
+  per (URL, headers) and only ``Content-Length`` and the body change. ``Accept-Encoding: identity``
+  asks for no compression; a gzip or deflate body is decoded anyway, another coding is a
+  ``DECODE`` failure.
+- **Pooling** is per (event loop, base URL), as every transport here (see :mod:`guardcache.llm.pool`
+  for why): LIFO idle connections (the most recently used socket is the least likely to have been
+  closed by the server), at most ``max_idle`` kept, each for ``keepalive_expiry`` seconds (under the
+  5 s of common servers). A request on a reused connection that dies before any byte of the answer
+  (the server closed it while idle) is sent once more on a fresh connection, as browsers do.
+- **Timeouts**: ``connect`` bounds the TCP and TLS handshake; ``read`` bounds each wait for bytes
+  (reset by every byte received, as httpx's and aiohttp's ``sock_read``), kept with one timer per
+  request that re-arms itself lazily instead of on every packet. There is no separate write
+  timeout (as with aiohttp): a request is a few KB and the caller's whole-call budget bounds it.
+- **Cancellation** (a turn cancelled, a speculative main call abandoned) closes the connection: an
+  answer still on its way must never be read as the next request's.
+- **TLS** with the one shared, verified context (:func:`~guardcache.llm.pool.shared_ssl_context`).
+- **Proxies** from the environment (``HTTPS_PROXY``, ``NO_PROXY``...): a base URL the environment
+  sends through a proxy is served by an aiohttp lane instead, which speaks to proxies.
+- **Streams** (SSE) are read as lines as they arrive; reading pauses while more than 256 KB wait
+  unread.
+
+Errors are :class:`~guardcache.llm.wire.WireError` with the same kinds as the other transports, so
+ChatClient's retries and messages do not depend on which one carried the call.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import ssl
+import threading
+import time
+import urllib.request
+import weakref
+import zlib
+from collections import deque
+from collections.abc import AsyncIterator, Mapping
+from typing import Any
+from urllib.parse import urlsplit
+
+import httptools
+import httpx2
+
+from guardcache.llm.pool import DEFAULT_LIMITS, USER_AGENT, normalize_base_url, shared_ssl_context
+from guardcache.llm.wire import BodyReply, Reply, WireError, WireKind, WireLane, dumps_body
+
+KEEPALIVE_EXPIRY = 4.0
+"""Seconds an idle connection is kept (under the 5 s keep-alive of uvicorn and many proxies)."""
+
+MAX_UNREAD = 256 * 1024
+"""Bytes of a stream buffered unread before the socket stops being read (back-pressure)."""
+
+
+class CaseInsensitiveHeaders(dict[str, str]):
+    """Response headers by lower-cased name; ``get``/``[]``/``in`` take any case (as httpx's)."""
+
+    __slots__ = ()
+
+    def get(self, key: str, default: Any = None) -> Any:  # type: ignore[override]
+        return dict.get(self, key.lower(), default)
+
+    def __getitem__(self, key: str) -> str:
+        return dict.__getitem__(self, key.lower())
+
+    def __contains__(self, key: object) -> bool:
+        return isinstance(key, str) and dict.__contains__(self, key.lower())
+
+
+class _Connection(asyncio.Protocol):
+    """One keep-alive connection: the protocol object asyncio feeds, and httptools' callbacks.
+
+    One request at a time. ``waiter`` is the future the reading side awaits: the end of the answer
+    for a plain POST, the next event (headers, a body chunk, the end) for a stream.
+    """
+
+    def __init__(self, lane: H1Lane) -> None:
+        self.lane = lane
+        self.loop = lane.loop
+        self.transport: asyncio.Transport | None = None
+        self.parser = httptools.HttpResponseParser(self)
+        self.waiter: asyncio.Future[None] | None = None
+        self.error: WireError | None = None
+        self.streaming = False
+        self.status = 0
+        self.headers = CaseInsensitiveHeaders()
+        self.chunks: deque[bytes] = deque()
+        self.unread = 0
+        self.paused = False
+        self.head_done = False
+        self.keep_alive = False
+        self.complete = False
+        self.closed = False
+        self.received = False
+        self.idle_since = 0.0
+        self.last_io = 0.0
+        self.read_timeout: float | None = None
+        self.timer: asyncio.TimerHandle | None = None
+
+    # -- asyncio.Protocol ------------------------------------------------------------------------
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = transport  # type: ignore[assignment]
+
+    def data_received(self, data: bytes) -> None:
+        if self.waiter is None and not self.streaming:
+            # Bytes nobody asked for (on an idle connection): it cannot be trusted with a request.
+            self.close()
+            return
+        self.received = True
+        self.last_io = time.monotonic()
+        try:
+            self.parser.feed_data(data)
+        except httptools.HttpParserError as exc:
+            self._fail(WireError(WireKind.DROPPED, type(exc).__name__), close=True)
+
+    def eof_received(self) -> bool | None:
+        return False  # close the transport (connection_lost follows)
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.closed = True
+        self._cancel_timer()
+        if self.head_done and not self.complete and not self._framed():
+            self.on_message_complete()  # a body delimited by the end of the connection
+        if not self.complete:
+            detail = str(exc)[:200] if isinstance(exc, OSError) else ""
+            name = type(exc).__name__ if exc is not None else "RemoteProtocolError"
+            detail = detail or "connection closed before a complete response"
+            self._fail(WireError(WireKind.DROPPED, name, detail))
+        self.lane.forget(self)
+
+    # -- httptools callbacks ---------------------------------------------------------------------
+
+    def on_header(self, name: bytes, value: bytes) -> None:
+        key = name.decode("latin-1").lower()
+        text = value.decode("latin-1")
+        headers = self.headers
+        if key in headers:
+            text = f"{dict.__getitem__(headers, key)}, {text}"
+        dict.__setitem__(headers, key, text)
+
+    def on_headers_complete(self) -> None:
+        parser = self.parser
+        self.status = parser.get_status_code()
+        # Asked here: llhttp forgets the answer once the message is complete.
+        self.keep_alive = parser.should_keep_alive()
+        self.head_done = True
+        if self.streaming:
+            self._wake()
+
+    def on_body(self, body: bytes) -> None:
+        self.chunks.append(body)
+        if self.streaming:
+            self.unread += len(body)
+            if self.unread > MAX_UNREAD and not self.paused and self.transport is not None:
+                self.paused = True
+                self.transport.pause_reading()
+            self._wake()
+
+    def on_message_complete(self) -> None:
+        self.complete = True
+        self._cancel_timer()
+        self._wake()
+
+    # -- the request's side ----------------------------------------------------------------------
+
+    def start(self, data: bytes, read_timeout: float | None, streaming: bool) -> None:
+        """Send one request (the connection must be idle) and arm the read timeout."""
+        self.streaming = streaming
+        self.received = self.head_done = self.complete = self.keep_alive = False
+        self.status = 0
+        self.headers = CaseInsensitiveHeaders()
+        self.chunks.clear()
+        self.unread = 0
+        self.error = None
+        self.waiter = self.loop.create_future()
+        self.last_io = time.monotonic()
+        self.read_timeout = read_timeout
+        if read_timeout is not None:
+            self.timer = self.loop.call_later(read_timeout, self._check_read)
+        assert self.transport is not None
+        self.transport.write(data)
+
+    async def wait(self) -> None:
+        """Until the next event (see ``waiter``); raises the connection's failure.
+
+        Callers look at the state (``head_done``, ``chunks``, ``complete``) before waiting, in the
+        same step, so an event that happened before this call is never waited for again.
+        """
+        waiter = self.waiter
+        if waiter is None or waiter.done():
+            waiter = self.waiter = self.loop.create_future()
+            if self.complete or self.error is not None:
+                waiter.set_result(None)
+        await waiter
+        if self.error is not None:
+            raise self.error
+
+    def take(self) -> bytes:
+        """The body bytes received and not yet taken (resumes a paused socket)."""
+        chunks = self.chunks
+        data = chunks.popleft() if len(chunks) == 1 else b"".join(chunks)
+        chunks.clear()
+        self.unread = 0
+        if self.paused and self.transport is not None and not self.closed:
+            self.paused = False
+            self.transport.resume_reading()
+        return data
+
+    def finish(self) -> None:
+        """After a response: back to the pool when it was read whole and may be kept alive."""
+        self.waiter = None
+        self.streaming = False
+        self._cancel_timer()
+        if self.complete and self.keep_alive and not self.closed and self.error is None:
+            self.lane.release(self)
+        else:
+            self.close()
+
+    def close(self) -> None:
+        self._cancel_timer()
+        if not self.closed:
+            self.closed = True
+            if self.transport is not None:
+                self.transport.close()
+        self.lane.forget(self)
+
+    # -- internals -------------------------------------------------------------------------------
+
+    def _framed(self) -> bool:
+        headers = self.headers
+        return "content-length" in headers or "chunked" in headers.get("transfer-encoding", "").lower()
+
+    def _wake(self) -> None:
+        waiter = self.waiter
+        if waiter is not None and not waiter.done():
+            waiter.set_result(None)
+
+    def _fail(self, error: WireError, *, close: bool = False) -> None:
+        if self.error is None:
+            self.error = error
+        self._wake()
+        if close:
+            self.close()
+
+    def _cancel_timer(self) -> None:
+        if self.timer is not None:
+            self.timer.cancel()
+            self.timer = None
+
+    def _check_read(self) -> None:
+        """The read timeout's timer: fires, or re-arms for what is left since the last byte."""
+        self.timer = None
+        limit = self.read_timeout
+        if limit is None or self.complete or self.closed:
+            return
+        if self.paused:  # the reader is behind, not the server: wait for it
+            self.timer = self.loop.call_later(limit, self._check_read)
+            return
+        quiet = time.monotonic() - self.last_io
+        if quiet < limit:
+            self.timer = self.loop.call_later(limit - quiet, self._check_read)
+            return
+        self._fail(WireError(WireKind.READ_TIMEOUT, "ReadTimeout", f"no data for {limit} s"), close=True)
+
+
+def _decode(body: bytes, coding: str) -> bytes:
+    coding = coding.strip().lower()
+    if coding in ("", "identity"):
+        return body
+    if coding in ("gzip", "x-gzip", "deflate"):
+        try:
+            return zlib.decompress(body, 47)  # gzip or zlib, by its header
+        except zlib.error:
+            if coding == "deflate":
+                try:
+                    return zlib.decompress(body, -15)  # raw deflate, as some servers send it
+                except zlib.error as exc:
+                    raise WireError(WireKind.DECODE, "ContentDecodingError") from exc
+            raise WireError(WireKind.DECODE, "ContentDecodingError") from None
+    raise WireError(WireKind.DECODE, "ContentDecodingError", f"unsupported content-encoding {coding!r}")
+
+
+def _header_block(path: str, host: str, headers: Mapping[str, str]) -> bytes:
+    lines = [f"POST {path} HTTP/1.1", f"Host: {host}", f"User-Agent: {USER_AGENT}"]
+    lines.append("Accept-Encoding: identity")
+    for name, value in headers.items():
+        if not name or any(c in name for c in " \t\r\n:\0") or any(c in value for c in "\r\n\0"):
+            raise WireError(WireKind.OTHER, "InvalidHeader", f"header {name!r} cannot be sent")
+        if name.lower() in ("host", "content-length", "transfer-encoding", "connection"):
+            continue  # framing is this client's own
+        lines.append(f"{name}: {value}")
+    lines.append("Content-Length: ")
+    try:
+        return "\r\n".join(lines).encode("latin-1")
+    except UnicodeEncodeError:
+        raise WireError(WireKind.OTHER, "InvalidHeader", "a header value is not latin-1") from None
+
+
+class H1Lane:
+    """One base URL's connections on one loop and its admission gate (a ``WireLane``)."""
+
+    def __init__(
+        self,
+        loop: asyncio.AbstractEventLoop,
+        base_url: str,
+        gate: asyncio.Semaphore | None,
+        *,
+        max_idle: int,
+        keepalive_expiry: float,
+    ) -> None:
+        parts = urlsplit(base_url)
+        if parts.scheme not in ("http", "https") or not parts.hostname:
+            what = f"not an http(s) URL: {parts.scheme!r}"
+            raise WireError(WireKind.UNSUPPORTED, "UnsupportedProtocol", what)
+        self.loop = loop
+        self.gate = gate
+        self.tls = parts.scheme == "https"
+        self.host = parts.hostname
+        self.port = parts.port or (443 if self.tls else 80)
+        default_port = self.port == (443 if self.tls else 80)
+        name = f"[{self.host}]" if ":" in self.host else self.host
+        self.host_header = name if default_port else f"{name}:{self.port}"
+        self.max_idle = max_idle
+        self.keepalive_expiry = keepalive_expiry
+        self.idle: list[_Connection] = []
+        self.busy: set[_Connection] = set()
+        self.closed = False
+        self._heads: dict[tuple[Any, ...], bytes] = {}
+
+    # -- WireLane --------------------------------------------------------------------------------
+
+    async def post(
+        self, url: str, body: Mapping[str, Any], headers: Mapping[str, str], phases: httpx2.Timeout
+    ) -> Reply:
+        conn = await self._send(url, body, headers, phases, streaming=False)
+        data = conn.take() if conn.chunks else b""
+        status, response_headers = conn.status, conn.headers
+        conn.finish()
+        coding = response_headers.get("content-encoding")
+        if coding is not None:
+            data = _decode(data, coding)
+        return BodyReply(status, response_headers, data)
+
+    def stream(
+        self, url: str, body: Mapping[str, Any], headers: Mapping[str, str], phases: httpx2.Timeout
+    ) -> _StreamContext:
+        return _StreamContext(self, url, body, headers, phases)
+
+    # -- the pool --------------------------------------------------------------------------------
+
+    async def _send(
+        self,
+        url: str,
+        body: Mapping[str, Any],
+        headers: Mapping[str, str],
+        phases: httpx2.Timeout,
+        *,
+        streaming: bool,
+    ) -> _Connection:
+        """Send the request and wait for the whole answer (for a stream: its head). Sent once more
+        on a fresh connection when a reused one dies before any byte of the answer."""
+        key = (url, *headers.items())
+        head = self._heads.get(key)
+        if head is None:
+            path = urlsplit(url)
+            target = (path.path or "/") + (f"?{path.query}" if path.query else "")
+            head = self._heads[key] = _header_block(target, self.host_header, headers)
+        payload = dumps_body(body)
+        data = b"".join((head, str(len(payload)).encode(), b"\r\n\r\n", payload))
+        while True:
+            conn, reused = self._idle_connection()
+            if conn is None:
+                conn = await self._connect(phases.connect)
+            self.busy.add(conn)
+            conn.start(data, phases.read, streaming)
+            try:
+                if streaming:
+                    while not conn.head_done:
+                        await conn.wait()
+                else:
+                    await conn.wait()  # the whole answer
+            except WireError:
+                conn.close()
+                if reused and not conn.received:
+                    continue  # the server had closed it while idle: once more, on a new one
+                raise
+            except BaseException:
+                conn.close()  # cancelled: an answer still on its way must not meet the next request
+                raise
+            return conn
+
+    def _idle_connection(self) -> tuple[_Connection | None, bool]:
+        idle = self.idle
+        now = time.monotonic()
+        while idle:
+            conn = idle.pop()
+            if conn.closed:
+                continue
+            if now - conn.idle_since > self.keepalive_expiry:
+                conn.close()
+                continue
+            return conn, True
+        return None, False
+
+    async def _connect(self, limit: float | None) -> _Connection:
+        loop = self.loop
+        context = shared_ssl_context() if self.tls else None
+        try:
+            async with asyncio.timeout(limit):
+                _, conn = await loop.create_connection(
+                    lambda: _Connection(self),
+                    self.host,
+                    self.port,
+                    ssl=context,
+                    server_hostname=self.host if context is not None else None,
+                )
+        except TimeoutError:
+            raise WireError(
+                WireKind.CONNECT_TIMEOUT, "ConnectTimeout", f"no connection within {limit} s"
+            ) from None
+        except (OSError, ssl.SSLError) as exc:  # refused, DNS, TLS handshake or certificate
+            raise WireError(WireKind.CONNECT, type(exc).__name__, str(exc)[:200]) from exc
+        if self.closed:
+            conn.close()
+            raise WireError(WireKind.OTHER, "PoolClosed", "the connection pool was closed")
+        return conn
+
+    def release(self, conn: _Connection) -> None:
+        self.busy.discard(conn)
+        if self.closed or len(self.idle) >= self.max_idle:
+            conn.close()
+            return
+        conn.idle_since = time.monotonic()
+        self.idle.append(conn)
+
+    def forget(self, conn: _Connection) -> None:
+        self.busy.discard(conn)
+        if conn in self.idle:
+            self.idle.remove(conn)
+
+    def close(self) -> None:
+        """Close idle connections now and busy ones as their requests end."""
+        self.closed = True
+        for conn in [*self.idle, *self.busy]:
+            if conn.waiter is None and not conn.streaming:
+                conn.close()
+        self.idle.clear()
+
+    def abandon(self) -> None:
+        """Forget connections whose loop is closed: nothing can be scheduled on it any more, and
+        each transport closes its socket when it is collected."""
+        self.idle.clear()
+        self.busy.clear()
+
+
+class _StreamContext:
+    """``async with lane.stream(...) as reply``: the answer's head is in when the block starts."""
+
+    __slots__ = ("args", "lane", "reply")
+
+    def __init__(self, lane: H1Lane, *args: Any) -> None:
+        self.lane = lane
+        self.args = args
+        self.reply: H1Stream | None = None
+
+    async def __aenter__(self) -> H1Stream:
+        conn = await self.lane._send(*self.args, streaming=True)
+        self.reply = H1Stream(conn)
+        return self.reply
+
+    async def __aexit__(self, *exc: object) -> None:
+        if self.reply is not None:
+            self.reply.conn.finish()
+
+
+class H1Stream:
+    """A streamed answer (implements :class:`~guardcache.llm.wire.StreamReply`)."""
+
+    __slots__ = ("conn",)
+
+    def __init__(self, conn: _Connection) -> None:
+        self.conn = conn
+
+    @property
+    def status_code(self) -> int:
+        return self.conn.status
+
+    @property
+    def is_success(self) -> bool:
+        return 200 <= self.conn.status < 300
+
+    async def read(self) -> Reply:
+        conn = self.conn
+        parts: list[bytes] = []
+        while True:
+            if conn.chunks:
+                parts.append(conn.take())
+            if conn.complete:
+                break
+            await conn.wait()
+        data = b"".join(parts)
+        coding = conn.headers.get("content-encoding")
+        if coding is not None:
+            data = _decode(data, coding)
+        return BodyReply(conn.status, conn.headers, data)
+
+    async def lines(self) -> AsyncIterator[str]:
+        conn = self.conn
+        coding = (conn.headers.get("content-encoding") or "identity").strip().lower()
+        inflate = None
+        if coding in ("gzip", "x-gzip", "deflate"):
+            inflate = zlib.decompressobj(47)
+        elif coding != "identity":
+            what = f"unsupported content-encoding {coding!r}"
+            raise WireError(WireKind.DECODE, "ContentDecodingError", what)
+        rest = b""
+        while True:
+            if conn.chunks:
+                data = conn.take()
+                if inflate is not None:
+                    try:
+                        data = inflate.decompress(data)
+                    except zlib.error:
+                        raise WireError(WireKind.DECODE, "ContentDecodingError") from None
+                if rest:
+                    data = rest + data
+                if b"\n" in data:
+                    *complete, rest = data.split(b"\n")
+                    for line in complete:
+                        yield line.decode("utf-8", "replace").rstrip("\r")
+                else:
+                    rest = data
+                continue
+            if conn.complete:
+                break
+            await conn.wait()
+        if rest:
+            yield rest.decode("utf-8", "replace").rstrip("\r")
+
+
+class H1Pool:
+    """Lanes per (running loop, base URL) (a ``WirePool``); thread-safe as the other pools.
+
+    ``max_connections`` sizes each lane's admission gate (None: no gate); ``max_idle`` bounds the
+    idle connections kept per lane.
+    """
+
+    def __init__(
+        self,
+        *,
+        max_connections: int | None = DEFAULT_LIMITS.max_connections,
+        max_idle: int = DEFAULT_LIMITS.max_keepalive_connections or 32,
+        keepalive_expiry: float = KEEPALIVE_EXPIRY,
+    ) -> None:
+        self.max_connections = max_connections
+        self.max_idle = max_idle
+        self.keepalive_expiry = keepalive_expiry
+        self._lock = threading.Lock()
+        self._by_loop: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, dict[str, WireLane]] = (
+            weakref.WeakKeyDictionary()
+        )
+        self._proxied: Any = None  # an AiohttpPool, made for the first proxied base URL
+
+    def lane(self, base_url: str) -> WireLane:
+        loop = asyncio.get_running_loop()
+        lanes = self._by_loop.get(loop)
+        if lanes is None:
+            with self._lock:
+                lanes = self._by_loop.setdefault(loop, {})
+        lane = lanes.get(base_url)
+        if lane is None:
+            key = normalize_base_url(base_url)
+            lane = lanes.get(key)
+            if lane is None:
+                lane = lanes[key] = self._new_lane(loop, key)
+            lanes[base_url] = lane
+        return lane
+
+    def _new_lane(self, loop: asyncio.AbstractEventLoop, base_url: str) -> WireLane:
+        if _proxied(base_url):
+            if self._proxied is None:
+                from guardcache.llm.aiohttp_pool import AiohttpPool
+
+                self._proxied = AiohttpPool(max_connections=self.max_connections)
+            lane: WireLane = self._proxied.lane(base_url)
+            return lane
+        size = self.max_connections
+        gate = asyncio.Semaphore(size) if size else None
+        return H1Lane(loop, base_url, gate, max_idle=self.max_idle, keepalive_expiry=self.keepalive_expiry)
+
+    def lanes_for_running_loop(self) -> dict[str, WireLane]:
+        """A snapshot of the running loop's lanes by normalized base URL (tests and stats)."""
+        loop = asyncio.get_running_loop()
+        with self._lock:
+            lanes = dict(self._by_loop.get(loop, {}))
+        return {url: lane for url, lane in lanes.items() if url == normalize_base_url(url)}
+
+    async def aclose_all(self) -> None:
+        """Close the running loop's connections; forget loops that are already closed."""
+        loop = asyncio.get_running_loop()
+        with self._lock:
+            lanes = self._by_loop.pop(loop, {})
+            for other in [lp for lp in self._by_loop if lp.is_closed()]:
+                for stale in self._by_loop.pop(other).values():
+                    if isinstance(stale, H1Lane):
+                        stale.abandon()
+        for lane in {id(lane): lane for lane in lanes.values()}.values():
+            if isinstance(lane, H1Lane):
+                lane.close()
+        if self._proxied is not None:
+            await self._proxied.aclose_all()
+
+
+def _proxied(base_url: str) -> bool:
+    """Whether the environment sends ``base_url`` through a proxy (``HTTPS_PROXY``, ``NO_PROXY``...)."""
+    parts = urlsplit(base_url)
+    proxies = urllib.request.getproxies()
+    if not proxies.get(parts.scheme) and not proxies.get("all"):
+        return False
+    return not urllib.request.proxy_bypass(parts.netloc)
+
+
+__all__ = ["KEEPALIVE_EXPIRY", "CaseInsensitiveHeaders", "H1Lane", "H1Pool", "H1Stream"]
