@@ -15,7 +15,8 @@ Candidates:
 - raw libraries: httpx2 (``AsyncClient.post(json=...)``, ``response.json()``), httpx 0.28, aiohttp
   (``session.post(data=..)``, ``read()`` + ``json.loads``), when installed;
 - guardcache's own client, ``ChatClient.complete`` (deadline, retries, admission gate, typed errors,
-  answer parsing) on each of its transports (``pool=ClientPool()`` / ``pool=AiohttpPool()``), and the
+  answer parsing) on each of its transports (``pool=ClientPool()`` for httpx2, ``H1Pool()`` for
+  guardcache's own HTTP/1.1 client on httptools, the default, and ``AiohttpPool()``), and the
   built-in main model's ``ClientLLM.stream`` (SSE) on each.
 
     python benchmarks/bench_http_clients.py            # ~1 min
@@ -192,7 +193,9 @@ async def candidates(url: str) -> tuple[dict[str, Call], list[Callable[[], Await
     from guardcache.rails.main_llm import ClientLLM, StreamTotals
 
     base = url.rsplit("/chat/completions", 1)[0]
-    transports: list[tuple[str, Any]] = [("httpx2", pools.ClientPool())]
+    from guardcache.llm.h1_pool import H1Pool
+
+    transports: list[tuple[str, Any]] = [("httpx2", pools.ClientPool()), ("h1", H1Pool())]
     if importlib.util.find_spec("aiohttp") is not None:
         with contextlib.suppress(ImportError):
             from guardcache.llm.aiohttp_pool import AiohttpPool

@@ -68,7 +68,7 @@ class CaseInsensitiveHeaders(dict[str, str]):
 
     __slots__ = ()
 
-    def get(self, key: str, default: Any = None) -> Any:  # type: ignore[override]
+    def get(self, key: str, default: Any = None) -> Any:
         return dict.get(self, key.lower(), default)
 
     def __getitem__(self, key: str) -> str:
@@ -76,6 +76,33 @@ class CaseInsensitiveHeaders(dict[str, str]):
 
     def __contains__(self, key: object) -> bool:
         return isinstance(key, str) and dict.__contains__(self, key.lower())
+
+
+def headers_of(raw: list[tuple[bytes, bytes]]) -> CaseInsensitiveHeaders:
+    """Raw header pairs as a mapping; repeated names joined with ", " (RFC 9110, 5.3)."""
+    headers = CaseInsensitiveHeaders()
+    for name, value in raw:
+        key = name.decode("latin-1").lower()
+        text = value.decode("latin-1")
+        if dict.__contains__(headers, key):
+            text = f"{dict.__getitem__(headers, key)}, {text}"
+        dict.__setitem__(headers, key, text)
+    return headers
+
+
+class H1Reply(BodyReply):
+    """A whole answer whose header mapping is built on first use (a success never needs it)."""
+
+    __slots__ = ("_raw",)
+
+    def __init__(self, status: int, raw: list[tuple[bytes, bytes]], body: bytes) -> None:
+        self.status_code = status
+        self._raw = raw
+        self.body = body
+
+    @property
+    def headers(self) -> Mapping[str, str]:  # type: ignore[override]
+        return headers_of(self._raw)
 
 
 class _Connection(asyncio.Protocol):
@@ -94,7 +121,8 @@ class _Connection(asyncio.Protocol):
         self.error: WireError | None = None
         self.streaming = False
         self.status = 0
-        self.headers = CaseInsensitiveHeaders()
+        self.raw_headers: list[tuple[bytes, bytes]] = []
+        self.coding: str | None = None  # Content-Encoding, the one header read on every answer
         self.chunks: deque[bytes] = deque()
         self.unread = 0
         self.paused = False
@@ -143,12 +171,14 @@ class _Connection(asyncio.Protocol):
     # -- httptools callbacks ---------------------------------------------------------------------
 
     def on_header(self, name: bytes, value: bytes) -> None:
-        key = name.decode("latin-1").lower()
-        text = value.decode("latin-1")
-        headers = self.headers
-        if key in headers:
-            text = f"{dict.__getitem__(headers, key)}, {text}"
-        dict.__setitem__(headers, key, text)
+        # Kept raw: the mapping is built only when someone reads it (an error status's Retry-After).
+        self.raw_headers.append((name, value))
+        if len(name) == 16 and name.lower() == b"content-encoding":
+            self.coding = value.decode("latin-1")
+
+    @property
+    def headers(self) -> CaseInsensitiveHeaders:
+        return headers_of(self.raw_headers)
 
     def on_headers_complete(self) -> None:
         parser = self.parser
@@ -180,7 +210,8 @@ class _Connection(asyncio.Protocol):
         self.streaming = streaming
         self.received = self.head_done = self.complete = self.keep_alive = False
         self.status = 0
-        self.headers = CaseInsensitiveHeaders()
+        self.raw_headers = []
+        self.coding = None
         self.chunks.clear()
         self.unread = 0
         self.error = None
@@ -346,12 +377,11 @@ class H1Lane:
     ) -> Reply:
         conn = await self._send(url, body, headers, phases, streaming=False)
         data = conn.take() if conn.chunks else b""
-        status, response_headers = conn.status, conn.headers
+        status, raw, coding = conn.status, conn.raw_headers, conn.coding
         conn.finish()
-        coding = response_headers.get("content-encoding")
         if coding is not None:
             data = _decode(data, coding)
-        return BodyReply(status, response_headers, data)
+        return H1Reply(status, raw, data)
 
     def stream(
         self, url: str, body: Mapping[str, Any], headers: Mapping[str, str], phases: httpx2.Timeout
@@ -391,10 +421,12 @@ class H1Lane:
                         await conn.wait()
                 else:
                     await conn.wait()  # the whole answer
-            except WireError:
+            except WireError as exc:
                 conn.close()
-                if reused and not conn.received:
-                    continue  # the server had closed it while idle: once more, on a new one
+                if reused and exc.kind is WireKind.DROPPED and not conn.received:
+                    # The server had closed it while idle (a timeout is not that: the server may
+                    # still be working on the request): once more, on a new connection.
+                    continue
                 raise
             except BaseException:
                 conn.close()  # cancelled: an answer still on its way must not meet the next request
@@ -511,14 +543,13 @@ class H1Stream:
                 break
             await conn.wait()
         data = b"".join(parts)
-        coding = conn.headers.get("content-encoding")
-        if coding is not None:
-            data = _decode(data, coding)
-        return BodyReply(conn.status, conn.headers, data)
+        if conn.coding is not None:
+            data = _decode(data, conn.coding)
+        return H1Reply(conn.status, conn.raw_headers, data)
 
     async def lines(self) -> AsyncIterator[str]:
         conn = self.conn
-        coding = (conn.headers.get("content-encoding") or "identity").strip().lower()
+        coding = (conn.coding or "identity").strip().lower()
         inflate = None
         if coding in ("gzip", "x-gzip", "deflate"):
             inflate = zlib.decompressobj(47)

@@ -114,6 +114,8 @@ def error_summary(data: object) -> str | None:
 
 
 def _count(value: object) -> int:
+    if type(value) is int:  # the usual case, first: bool is not int by type
+        return value if value > 0 else 0
     if isinstance(value, bool):
         return 0
     if isinstance(value, int):

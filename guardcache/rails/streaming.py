@@ -227,10 +227,11 @@ class GuardedStream:
         async def run_inputs() -> list[RailResult]:
             return await rails._run_group(runtime.input_rails, variables, group_in)
 
-        buffer: asyncio.Queue[str | _End] = asyncio.Queue()
+        # The main model's stream goes through it (not made for a plain answer: nothing to buffer).
+        buffer: asyncio.Queue[str | _End] | None = asyncio.Queue() if self._stream_main else None
         early: asyncio.Task[Any] | None = None
         if group_in.during_main and runtime.input_rails:
-            start = self._pump(buffer) if self._stream_main else self._generate()
+            start = self._pump(buffer) if buffer is not None else self._generate()
             inputs, early = await run_with_early_start(run_inputs, lambda: start)
             if early is None:
                 start.close()  # the coroutine never ran
@@ -250,6 +251,7 @@ class GuardedStream:
             await self._check_whole(content, variables, inputs, outputs)
             return
 
+        assert buffer is not None  # a streamed main model from here on
         pump = early if early is not None else asyncio.create_task(self._pump(buffer))
         try:
             if not runtime.output_rails:

@@ -20,20 +20,18 @@ import hmac
 import logging
 import re
 import time
-import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from contextvars import ContextVar
 from typing import Any
 
 from starlette.applications import Starlette
-from starlette.requests import Request
-from starlette.responses import Response
 from starlette.routing import Route
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from guardcache.cache import CacheInterface
 from guardcache.errors import ConfigError
 from guardcache.rails.llmrails import LLMRails
+from guardcache.server.ids import new_id
 from guardcache.server.metrics import ServerMetrics
 from guardcache.server.protocol import RequestError, error_body
 from guardcache.server.routes import Handlers, json_response, too_large
@@ -41,7 +39,7 @@ from guardcache.server.settings import ServeSettings, load_configs
 
 log = logging.getLogger("guardcache.server")
 
-ChatHandler = Callable[[Request], Awaitable[Response]]
+ChatHandler = Callable[[Receive], Awaitable[ASGIApp]]
 REQUEST_ID: ContextVar[str] = ContextVar("guardcache_request_id", default="-")
 _SANE_ID = re.compile(r"[A-Za-z0-9._:-]{1,128}")
 CHAT_PATH = "/v1/chat/completions"
@@ -86,13 +84,13 @@ class ServerState:
                     "to answer chat completions"
                 )
             self.main_models[config_id] = r.config.model("main").model
-        self.metrics = ServerMetrics(self.caches)
+        self.in_flight = 0
+        self.metrics = ServerMetrics(self.caches, lambda: self.in_flight)
         self.api_key = settings.api_key()
         self.created = int(time.time())
         self.warmed = False
         self.warm_up_errors: dict[str, dict[str, str | None]] = {}
         self.draining = False
-        self.in_flight = 0
 
     def caches(self) -> dict[str, dict[str, CacheInterface]]:
         return {config_id: r.model_caches for config_id, r in self.rails.items()}
@@ -192,7 +190,7 @@ class OperationsMiddleware:
             elif name == b"content-length":
                 length = value
         if request_id is None or not _SANE_ID.fullmatch(request_id):
-            request_id = uuid.uuid4().hex
+            request_id = new_id()
         token = REQUEST_ID.set(request_id)
         id_header = (b"x-request-id", request_id.encode())
 
@@ -251,17 +249,14 @@ class OperationsMiddleware:
                 )
                 return
             state.in_flight += 1
-            gauge = state.metrics.in_flight
-            gauge.inc()
             try:
                 if self.chat is not None and scope["method"] == "POST":
-                    response = await self.chat(Request(scope, receive))
+                    response = await self.chat(receive)
                     await response(scope, receive, send_with_id)
                 else:
                     await self.app(scope, receive, send_with_id)
             finally:
                 state.in_flight -= 1
-                gauge.dec()
         finally:
             REQUEST_ID.reset(token)
 
@@ -299,7 +294,7 @@ def create_app(settings: ServeSettings, rails: Mapping[str, LLMRails] | None = N
     ]
     app = Starlette(routes=routes, lifespan=lifespan, exception_handlers={404: _not_found, 405: _not_allowed})
     app.state.guardcache = state
-    return OperationsMiddleware(app, state, chat=handlers.chat)
+    return OperationsMiddleware(app, state, chat=handlers.chat_asgi)
 
 
 async def _not_found(request: Any, exc: Exception) -> Any:

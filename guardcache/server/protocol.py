@@ -12,12 +12,12 @@ from __future__ import annotations
 import json
 import math
 import time
-import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from guardcache.rails.messages import Message, last_index, read_messages
+from guardcache.server.ids import new_id
 
 
 class RequestError(Exception):
@@ -252,7 +252,7 @@ def _show(value: Any) -> str:
 
 
 def completion_id() -> str:
-    return f"chatcmpl-{uuid.uuid4().hex}"
+    return f"chatcmpl-{new_id()}"
 
 
 def usage_body(usage: Any) -> dict[str, int] | None:

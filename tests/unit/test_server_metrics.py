@@ -118,3 +118,47 @@ def test_a_turn_is_counted_from_its_record() -> None:
     )  # not the cancelled one
     assert one("guardcache_backend_call_seconds_count", config="c", task="check_in", source="cache") == 1
     assert one("guardcache_turn_seconds_count", config="c", mode="plain", outcome="blocked_output") == 1
+
+
+def test_turn_histograms_expose_what_prometheus_clients_histogram_would() -> None:
+    """The tallies replace prometheus_client's Histogram (a lock and a label child per update):
+    the same observations must give the same exposition, boundaries included (``le`` is
+    inclusive)."""
+    from prometheus_client import CollectorRegistry, Histogram
+
+    from guardcache.server.metrics import LATENCY_BUCKETS
+
+    reference = CollectorRegistry()
+    histogram = Histogram(
+        "guardcache_turn_seconds",
+        "x",
+        ["config", "mode", "outcome"],
+        buckets=LATENCY_BUCKETS,
+        registry=reference,
+    )
+    metrics = ServerMetrics(dict)
+    seconds = [0.0005, 0.0007, 0.001, 0.3, 0.3, 2.5, 45.0, 0.0]
+    for value in seconds:
+        metrics.observe_failed_turn("c", "plain", "error", value)
+        histogram.labels("c", "plain", "error").observe(value)
+    mine = {k: v for k, v in scrape(metrics).items() if k[0].startswith("guardcache_turn_seconds")}
+    text = generate_latest(reference).decode()
+    theirs = {
+        (s.name, tuple(sorted(s.labels.items()))): s.value
+        for family in text_string_to_metric_families(text)
+        for s in family.samples
+        if not s.name.endswith("_created")
+    }
+    assert mine == theirs
+    assert (
+        mine[("guardcache_turn_seconds_count", (("config", "c"), ("mode", "plain"), ("outcome", "error")))]
+        == 8
+    )
+
+
+def test_requests_in_flight_is_the_servers_own_count_at_scrape_time() -> None:
+    in_flight = [3]
+    metrics = ServerMetrics(dict, lambda: in_flight[0])
+    assert scrape(metrics)[("guardcache_requests_in_flight", ())] == 3
+    in_flight[0] = 0
+    assert scrape(metrics)[("guardcache_requests_in_flight", ())] == 0

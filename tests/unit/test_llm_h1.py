@@ -1,0 +1,926 @@
+"""The hand-written HTTP/1.1 client (guardcache.llm.h1_pool) against scripted servers over real sockets.
+
+Every test starts a small ``asyncio.start_server`` on 127.0.0.1 (port 0) that records the connections
+it accepted, the raw requests it read and whether each connection was closed by the client (EOF), and
+answers each request per a script: canned bytes, or a coroutine that writes (slowly, in pieces),
+closes, hangs... Nothing of the client or its transport is mocked.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import gzip
+import json
+import socket
+import time
+import zlib
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import httpx2
+import pytest
+
+from guardcache.errors import (
+    BackendConnectionError,
+    BackendError,
+    BackendProtocolError,
+    BackendStatusError,
+    BackendTimeoutError,
+)
+from guardcache.llm.aiohttp_pool import AiohttpLane
+from guardcache.llm.client import ChatClient
+from guardcache.llm.h1_pool import H1Lane, H1Pool
+from guardcache.llm.retry import RetryPolicy
+from guardcache.rails.main_llm import ClientLLM, StreamTotals
+
+MODEL = "test-model"
+PROXY_VARS = ("HTTP_PROXY", "http_proxy", "HTTPS_PROXY", "https_proxy", "ALL_PROXY", "all_proxy")
+NO_PROXY_VARS = ("NO_PROXY", "no_proxy")
+EOF_WAIT = 2.0  # generous: a loaded 2-core VM
+
+
+# -- the scripted server ------------------------------------------------------------------------
+
+
+@dataclass
+class Request:
+    """One request as the server read it off the wire."""
+
+    conn: int  # index of the connection it came on (0: the first accepted)
+    line: str
+    headers: list[tuple[str, str]]
+    body: bytes
+    raw: bytes
+
+    def header(self, name: str) -> str | None:
+        values = [value for key, value in self.headers if key.lower() == name.lower()]
+        assert len(values) <= 1, f"header {name!r} sent {len(values)} times"
+        return values[0] if values else None
+
+    def json(self) -> Any:
+        return json.loads(self.body)
+
+
+class Conn:
+    """The server's side of one accepted connection."""
+
+    def __init__(self, index: int, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self.index = index
+        self.reader = reader
+        self.writer = writer
+        self.eof = asyncio.Event()  # the client closed (or reset) the connection
+        self.closed_by_server = False
+        self.extra = b""  # bytes read that were not part of a request
+
+    async def read_request(self) -> Request | None:
+        """The next request, or None at EOF."""
+        try:
+            head = await self.reader.readuntil(b"\r\n\r\n")
+        except asyncio.IncompleteReadError as exc:
+            self.extra += exc.partial
+            self.eof.set()
+            return None
+        except ConnectionError:
+            self.eof.set()
+            return None
+        text = head[:-4].decode("latin-1")
+        line, *rest = text.split("\r\n")
+        headers = []
+        for item in rest:
+            name, _, value = item.partition(":")
+            headers.append((name, value.strip()))
+        lengths = [value for name, value in headers if name.lower() == "content-length"]
+        body = await self.reader.readexactly(int(lengths[0])) if lengths else b""
+        return Request(self.index, line, headers, body, head + body)
+
+    async def write(self, data: bytes) -> None:
+        self.writer.write(data)
+        await self.writer.drain()
+
+    async def wait_eof(self, within: float) -> bool:
+        """Read until the client closes the connection (True) or ``within`` seconds pass (False)."""
+        try:
+            async with asyncio.timeout(within):
+                while True:
+                    data = await self.reader.read(65536)
+                    if not data:
+                        self.eof.set()
+                        return True
+                    self.extra += data
+        except TimeoutError:
+            return False
+        except ConnectionError:
+            self.eof.set()
+            return True
+
+    def close(self) -> None:
+        self.closed_by_server = True
+        self.writer.close()
+
+
+Step = bytes | Callable[[Conn, Request], Awaitable[None]]
+"""How the server answers one request: bytes to write, or a coroutine function that does it."""
+
+
+class ScriptServer:
+    """Answers request ``i`` (counted over all connections) with ``script[i]``; the last one repeats."""
+
+    def __init__(self, script: Step | Sequence[Step]) -> None:
+        self.script: list[Step] = [script] if isinstance(script, bytes) or callable(script) else list(script)
+        self.conns: list[Conn] = []
+        self.requests: list[Request] = []
+        self.received = asyncio.Event()  # set at each request read
+        self._tasks: set[asyncio.Task[Any]] = set()
+        self._server: asyncio.Server | None = None
+        self.port = 0
+
+    async def start(self) -> ScriptServer:
+        self._server = await asyncio.start_server(self._handle, "127.0.0.1", 0)
+        self.port = self._server.sockets[0].getsockname()[1]
+        return self
+
+    @property
+    def base_url(self) -> str:
+        return f"http://127.0.0.1:{self.port}/v1"
+
+    @property
+    def connections(self) -> int:
+        return len(self.conns)
+
+    async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        task = asyncio.current_task()
+        assert task is not None
+        self._tasks.add(task)
+        conn = Conn(len(self.conns), reader, writer)
+        self.conns.append(conn)
+        try:
+            while not conn.closed_by_server:
+                request = await conn.read_request()
+                if request is None:
+                    break
+                self.requests.append(request)
+                self.received.set()
+                step = self.script[min(len(self.requests) - 1, len(self.script) - 1)]
+                if isinstance(step, bytes):
+                    await conn.write(step)
+                else:
+                    await step(conn, request)
+        except (ConnectionError, asyncio.IncompleteReadError):
+            conn.eof.set()
+        except asyncio.CancelledError:
+            pass  # only aclose() cancels a handler: ending quietly keeps asyncio from logging it
+        finally:
+            self._tasks.discard(task)
+            writer.close()
+
+    async def wait_eof(self, *indexes: int, within: float = EOF_WAIT) -> None:
+        """Until each of these connections was closed by the client; fails the test after ``within`` s."""
+        try:
+            async with asyncio.timeout(within):
+                for index in indexes:
+                    await self.conns[index].eof.wait()
+        except TimeoutError:
+            open_ = [i for i in indexes if not self.conns[i].eof.is_set()]
+            pytest.fail(f"the client did not close connection(s) {open_} within {within} s")
+
+    async def count_eofs(self, at_least: int, within: float = EOF_WAIT) -> int:
+        """How many connections the client closed, once ``at_least`` did or ``within`` s passed."""
+        waits = [asyncio.ensure_future(conn.eof.wait()) for conn in self.conns]
+        try:
+            async with asyncio.timeout(within):
+                while sum(w.done() for w in waits) < at_least:
+                    pending = [w for w in waits if not w.done()]
+                    await asyncio.wait(pending, return_when=asyncio.FIRST_COMPLETED)
+        except TimeoutError:
+            pass
+        finally:
+            for w in waits:
+                w.cancel()
+            await asyncio.gather(*waits, return_exceptions=True)
+        return sum(conn.eof.is_set() for conn in self.conns)
+
+    async def aclose(self) -> None:
+        assert self._server is not None
+        self._server.close()
+        for conn in self.conns:
+            conn.writer.close()  # a handler waiting for bytes sees EOF and ends
+        tasks = list(self._tasks)
+        if tasks:
+            _, pending = await asyncio.wait(tasks, timeout=1.0)
+            for task in pending:
+                task.cancel()
+            await asyncio.gather(*pending, return_exceptions=True)
+        await self._server.wait_closed()
+
+
+# -- answers ------------------------------------------------------------------------------------
+
+
+def completion(content: str) -> bytes:
+    body = {
+        "id": "chatcmpl-1",
+        "object": "chat.completion",
+        "model": MODEL,
+        "choices": [
+            {"index": 0, "message": {"role": "assistant", "content": content}, "finish_reason": "stop"}
+        ],
+        "usage": {"prompt_tokens": 3, "completion_tokens": 1, "total_tokens": 4},
+    }
+    return json.dumps(body, ensure_ascii=False).encode()
+
+
+def chunked(body: bytes, size: int, trailer: bytes = b"") -> bytes:
+    out = [b"%x\r\n%s\r\n" % (len(body[i : i + size]), body[i : i + size]) for i in range(0, len(body), size)]
+    return b"".join(out) + b"0\r\n" + trailer + b"\r\n"
+
+
+def response(
+    body: bytes,
+    *,
+    status: int = 200,
+    reason: str = "OK",
+    headers: Sequence[tuple[str, str]] = (("Content-Type", "application/json"),),
+    framing: str = "length",
+    chunk: int = 16,
+) -> bytes:
+    """A whole HTTP/1.1 response; ``framing``: "length", "chunked" or "close" (neither)."""
+    lines = [f"HTTP/1.1 {status} {reason}", *(f"{name}: {value}" for name, value in headers)]
+    if framing == "length":
+        lines.append(f"Content-Length: {len(body)}")
+    elif framing == "chunked":
+        lines.append("Transfer-Encoding: chunked")
+        body = chunked(body, chunk)
+    head = ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1")
+    return head + body
+
+
+def answer(content: str, **kwargs: Any) -> bytes:
+    return response(completion(content), **kwargs)
+
+
+async def echo(conn: Conn, request: Request) -> None:
+    """Answers with ``echo:`` and the last message's content."""
+    await conn.write(answer("echo:" + request.json()["messages"][-1]["content"]))
+
+
+def slow(data: bytes, delay: float) -> Step:
+    """Writes ``data`` after ``delay`` seconds, unless the client hangs up first."""
+
+    async def step(conn: Conn, request: Request) -> None:
+        if not await conn.wait_eof(delay):
+            await conn.write(data)
+
+    return step
+
+
+def drip(data: bytes, size: int = 7, pause: float = 0.001) -> Step:
+    """Writes ``data`` ``size`` bytes at a time, ``pause`` seconds apart."""
+
+    async def step(conn: Conn, request: Request) -> None:
+        for i in range(0, len(data), size):
+            await conn.write(data[i : i + size])
+            await asyncio.sleep(pause)
+
+    return step
+
+
+def then_close(data: bytes) -> Step:
+    """Writes ``data``, then closes the connection."""
+
+    async def step(conn: Conn, request: Request) -> None:
+        await conn.write(data)
+        conn.close()
+
+    return step
+
+
+async def hang_up(conn: Conn, request: Request) -> None:
+    """Reads the request and closes the connection without a byte of answer."""
+    conn.close()
+
+
+async def hang(conn: Conn, request: Request) -> None:
+    """Reads the request and never answers (until the client closes the connection)."""
+    await conn.wait_eof(30.0)
+
+
+def sse_body(pieces: Sequence[str]) -> bytes:
+    events: list[dict[str, Any]] = []
+    for piece in pieces:
+        chunk = {
+            "id": "chatcmpl-1",
+            "object": "chat.completion.chunk",
+            "model": MODEL,
+            "choices": [{"index": 0, "delta": {"content": piece}, "finish_reason": None}],
+        }
+        events.append(chunk)
+    events.append(
+        {
+            "id": "chatcmpl-1",
+            "object": "chat.completion.chunk",
+            "model": MODEL,
+            "choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}],
+        }
+    )
+    usage = {"prompt_tokens": 5, "completion_tokens": len(pieces), "total_tokens": 5 + len(pieces)}
+    events.append({"id": "chatcmpl-1", "object": "chat.completion.chunk", "choices": [], "usage": usage})
+    text = "".join(f"data: {json.dumps(event, ensure_ascii=False)}\n\n" for event in events)
+    return (text + "data: [DONE]\n\n").encode()
+
+
+SSE_HEADERS = (("Content-Type", "text/event-stream"), ("Cache-Control", "no-cache"))
+PIECES = ["Hel", "lo", ", wör", "ld ", "😀", " ✓", "!"]
+
+
+# -- fixtures and helpers -----------------------------------------------------------------------
+
+
+@pytest.fixture(autouse=True)
+def no_proxy_env(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The runner's proxy settings must not send 127.0.0.1 through a proxy (an aiohttp lane)."""
+    for name in (*PROXY_VARS, *NO_PROXY_VARS):
+        monkeypatch.delenv(name, raising=False)
+
+
+ServerFactory = Callable[[Step | Sequence[Step]], Awaitable[ScriptServer]]
+
+
+@pytest.fixture
+async def serve() -> AsyncIterator[ServerFactory]:
+    started: list[ScriptServer] = []
+
+    async def start(script: Step | Sequence[Step]) -> ScriptServer:
+        server = await ScriptServer(script).start()
+        started.append(server)
+        return server
+
+    yield start
+    for server in started:
+        await server.aclose()
+
+
+@pytest.fixture
+async def pool() -> AsyncIterator[H1Pool]:
+    h1 = H1Pool()
+    yield h1
+    await h1.aclose_all()
+
+
+def make_client(
+    server: ScriptServer,
+    pool: H1Pool,
+    *,
+    retries: int = 0,
+    timeout: float | httpx2.Timeout = 5.0,
+    **kwargs: Any,
+) -> ChatClient:
+    retry = RetryPolicy(max_retries=retries, backoff_initial=0.01, backoff_max=0.05)
+    return ChatClient(server.base_url, model=MODEL, pool=pool, retry=retry, timeout=timeout, **kwargs)
+
+
+def lane_of(pool: H1Pool, server: ScriptServer) -> H1Lane:
+    lane = pool.lanes_for_running_loop()[server.base_url]
+    assert isinstance(lane, H1Lane)
+    return lane
+
+
+def ask(text: str) -> list[dict[str, str]]:
+    return [{"role": "user", "content": text}]
+
+
+def free_port() -> int:
+    """A loopback port nothing listens on (bound, then released)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+    return port
+
+
+# -- 1. keep-alive and the request on the wire --------------------------------------------------
+
+
+async def test_twenty_sequential_calls_share_one_connection(serve: ServerFactory, pool: H1Pool) -> None:
+    server = await serve(echo)
+    client = make_client(server, pool)
+    answers = [(await client.complete(ask(f"q{i}"))).content for i in range(20)]
+    assert answers == [f"echo:q{i}" for i in range(20)]
+    assert server.connections == 1
+    assert len(server.requests) == 20
+    assert server.conns[0].extra == b""  # nothing but whole requests on the wire
+    assert len(lane_of(pool, server).idle) == 1
+
+
+async def test_request_is_one_well_formed_post(serve: ServerFactory, pool: H1Pool) -> None:
+    server = await serve(answer("ok"))
+    client = make_client(server, pool, api_key="sk-test-123", default_headers={"X-Route": "blue"})
+    text = "héllo wörld € 😀"
+    result = await client.complete(ask(text), temperature=0.0)
+    assert result.content == "ok"
+    [request] = server.requests
+    assert request.line == "POST /v1/chat/completions HTTP/1.1"
+    names = [name.lower() for name, _ in request.headers]
+    assert len(names) == len(set(names)), f"duplicated headers: {names}"
+    assert request.header("Host") == f"127.0.0.1:{server.port}"
+    assert request.header("Content-Type") == "application/json"
+    assert request.header("Accept-Encoding") == "identity"
+    assert request.header("Authorization") == "Bearer sk-test-123"
+    assert request.header("X-Route") == "blue"
+    assert request.header("Transfer-Encoding") is None
+    assert request.header("Content-Length") == str(len(request.body))
+    assert request.json() == {"model": MODEL, "messages": ask(text), "temperature": 0.0}
+
+
+async def test_no_authorization_header_without_api_key(serve: ServerFactory, pool: H1Pool) -> None:
+    server = await serve(answer("ok"))
+    await make_client(server, pool).complete(ask("hi"))
+    assert server.requests[0].header("Authorization") is None
+
+
+# -- 2. response framing and content codings ----------------------------------------------------
+
+
+async def test_chunked_json_response_is_read_and_connection_reused(
+    serve: ServerFactory, pool: H1Pool
+) -> None:
+    long_text = "chunked " * 500
+    server = await serve(
+        [
+            response(completion(long_text), framing="chunked", chunk=5),
+            # A chunked body ending in a trailer field.
+            response(completion("second"), framing="chunked", chunk=7)[:-2] + b"X-Trailer: 1\r\n\r\n",
+        ]
+    )
+    client = make_client(server, pool)
+    assert (await client.complete(ask("a"))).content == long_text
+    assert (await client.complete(ask("b"))).content == "second"
+    assert server.connections == 1
+
+
+async def test_gzip_encoded_response_is_decoded(serve: ServerFactory, pool: H1Pool) -> None:
+    headers = (("Content-Type", "application/json"), ("Content-Encoding", "gzip"))
+    server = await serve(
+        [
+            response(gzip.compress(completion("zipped")), headers=headers),
+            response(gzip.compress(completion("zipped and chunked")), headers=headers, framing="chunked"),
+        ]
+    )
+    client = make_client(server, pool)
+    assert (await client.complete(ask("a"))).content == "zipped"
+    assert (await client.complete(ask("b"))).content == "zipped and chunked"
+    assert server.connections == 1
+
+
+async def test_deflate_encoded_response_is_decoded(serve: ServerFactory, pool: H1Pool) -> None:
+    headers = (("Content-Type", "application/json"), ("Content-Encoding", "deflate"))
+    server = await serve(response(zlib.compress(completion("deflated")), headers=headers))
+    assert (await make_client(server, pool).complete(ask("a"))).content == "deflated"
+
+
+async def test_brotli_response_is_a_protocol_error_not_retried(serve: ServerFactory, pool: H1Pool) -> None:
+    headers = (("Content-Type", "application/json"), ("Content-Encoding", "br"))
+    server = await serve(response(b"\x1b\x03\x00\xf8\xa5\x02", headers=headers))
+    client = make_client(server, pool, retries=2)
+    with pytest.raises(BackendProtocolError, match="could not be decoded"):
+        await client.complete(ask("a"))
+    assert len(server.requests) == 1
+
+
+# -- 3./4. connections the server closes --------------------------------------------------------
+
+
+@pytest.mark.parametrize("pause", [0.0, 0.1])
+async def test_idle_connection_closed_by_server_is_replaced_transparently(
+    serve: ServerFactory, pool: H1Pool, pause: float
+) -> None:
+    server = await serve([then_close(answer("one")), answer("two")])
+    client = make_client(server, pool, retries=0)
+    assert (await client.complete(ask("a"))).content == "one"
+    await asyncio.sleep(pause)  # 0: the close may still be in flight when the next request goes
+    result = await client.complete(ask("b"))
+    assert result.content == "two"
+    assert result.attempts == 1
+    assert server.connections == 2
+    assert len(server.requests) == 2
+
+
+async def test_reused_connection_dying_before_any_byte_is_resent_once_on_a_fresh_one(
+    serve: ServerFactory, pool: H1Pool
+) -> None:
+    # The race a keep-alive client must survive: the server reads request 2 on the old connection
+    # and closes it without a byte (it had decided to close while idle).
+    server = await serve([answer("one"), hang_up, answer("two")])
+    client = make_client(server, pool, retries=0)
+    assert (await client.complete(ask("a"))).content == "one"
+    result = await client.complete(ask("b"))
+    assert result.content == "two"
+    assert result.attempts == 1  # the lane's own re-send, not a ChatClient retry
+    assert server.connections == 2
+    assert [r.conn for r in server.requests] == [0, 0, 1]
+    assert server.requests[1].body == server.requests[2].body
+
+
+async def test_fresh_connection_closed_without_answer_is_not_resent(
+    serve: ServerFactory, pool: H1Pool
+) -> None:
+    server = await serve([hang_up, answer("never")])
+    client = make_client(server, pool, retries=0)
+    with pytest.raises(BackendConnectionError, match="dropped before a complete response"):
+        await client.complete(ask("a"))
+    assert len(server.requests) == 1
+    assert server.connections == 1
+
+
+async def test_connection_closed_mid_body_is_a_connection_error(serve: ServerFactory, pool: H1Pool) -> None:
+    whole = answer("this answer is cut")
+    server = await serve(then_close(whole[: len(whole) - 10]))
+    client = make_client(server, pool, retries=0)
+    with pytest.raises(BackendConnectionError):
+        await client.complete(ask("a"))
+    assert len(server.requests) == 1
+
+
+# -- 5./6. timeouts and refused connections -----------------------------------------------------
+
+
+async def test_read_timeout_phase_raises_timeout_and_closes_connection(
+    serve: ServerFactory, pool: H1Pool
+) -> None:
+    server = await serve(hang)
+    timeout = httpx2.Timeout(connect=1.0, read=0.3, write=1.0, pool=None)
+    client = make_client(server, pool, retries=2, timeout=timeout, deadline_s=5.0)
+    started = time.monotonic()
+    with pytest.raises(BackendTimeoutError, match="read timeout"):
+        await client.complete(ask("a"))
+    elapsed = time.monotonic() - started
+    assert 0.25 <= elapsed < 2.0
+    assert len(server.requests) == 1  # read timeouts are not retried by default
+    await server.wait_eof(0)
+
+
+async def test_whole_call_budget_raises_timeout_and_closes_connection(
+    serve: ServerFactory, pool: H1Pool
+) -> None:
+    server = await serve(hang)
+    client = make_client(server, pool, timeout=0.5)
+    started = time.monotonic()
+    with pytest.raises(BackendTimeoutError):
+        await client.complete(ask("a"))
+    elapsed = time.monotonic() - started
+    assert 0.4 <= elapsed < 2.0
+    await server.wait_eof(0)
+    assert lane_of(pool, server).idle == []
+
+
+async def test_read_timeout_on_reused_connection_is_not_resent(serve: ServerFactory, pool: H1Pool) -> None:
+    # The lane re-sends only when a reused connection DIED before any byte; a server that is merely
+    # slow got the request and may be working on it: a second copy doubles the wait and its load.
+    server = await serve([answer("one"), hang, answer("late copy")])
+    timeout = httpx2.Timeout(connect=1.0, read=0.3, write=1.0, pool=None)
+    client = make_client(server, pool, retries=0, timeout=timeout, deadline_s=5.0)
+    assert (await client.complete(ask("a"))).content == "one"
+    started = time.monotonic()
+    try:
+        outcome = (await client.complete(ask("b"))).content
+    except BackendTimeoutError:
+        outcome = "read timeout"
+    elapsed = time.monotonic() - started
+    sent = [r.json()["messages"][0]["content"] for r in server.requests]
+    assert sent == ["a", "b"], f"requests seen by the server: {sent} (the timed-out one was re-sent)"
+    assert outcome == "read timeout"
+    assert server.connections == 1
+    assert 0.25 <= elapsed < 2.0
+
+
+async def test_read_timeout_is_reset_by_each_byte(serve: ServerFactory, pool: H1Pool) -> None:
+    # The whole answer takes ~1 s, more than the 0.6 s read timeout, but no gap reaches it.
+    data = answer("dripped")
+    server = await serve(drip(data, size=max(1, len(data) // 10), pause=0.1))
+    timeout = httpx2.Timeout(connect=1.0, read=0.6, write=1.0, pool=None)
+    client = make_client(server, pool, timeout=timeout, deadline_s=5.0)
+    started = time.monotonic()
+    assert (await client.complete(ask("a"))).content == "dripped"
+    assert time.monotonic() - started > 0.6  # longer than the read timeout as a whole
+
+
+async def test_connection_refused_is_a_connection_error(pool: H1Pool) -> None:
+    url = f"http://127.0.0.1:{free_port()}/v1"
+    client = ChatClient(url, model=MODEL, pool=pool, retry=RetryPolicy(max_retries=1, backoff_initial=0.01))
+    started = time.monotonic()
+    with pytest.raises(BackendConnectionError, match="could not connect"):
+        await client.complete(ask("a"))
+    assert time.monotonic() - started < 2.0
+
+
+# -- 7. cancellation ----------------------------------------------------------------------------
+
+
+async def test_cancelled_call_never_hands_its_answer_to_the_next(serve: ServerFactory, pool: H1Pool) -> None:
+    server = await serve([slow(answer("A"), 0.5), answer("B")])
+    client = make_client(server, pool)
+    with pytest.raises(TimeoutError):
+        await asyncio.wait_for(client.complete(ask("first")), 0.1)
+    assert (await client.complete(ask("second"))).content == "B"
+    assert server.connections == 2
+    await server.wait_eof(0)
+    assert server.conns[0].extra == b""  # the second request never went on the first connection
+    assert [r.json()["messages"][0]["content"] for r in server.requests] == ["first", "second"]
+
+
+async def test_task_cancel_closes_connection(serve: ServerFactory, pool: H1Pool) -> None:
+    server = await serve([slow(answer("A"), 0.5), answer("B")])
+    client = make_client(server, pool)
+    task = asyncio.create_task(client.complete(ask("first")))
+    await asyncio.wait_for(server.received.wait(), EOF_WAIT)
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    await server.wait_eof(0)
+    # Even after A's delay has passed, the next call gets its own answer.
+    await asyncio.sleep(0.5)
+    assert (await client.complete(ask("second"))).content == "B"
+    assert lane_of(pool, server).busy == set()
+
+
+# -- 8. streams ---------------------------------------------------------------------------------
+
+
+async def collect(llm: ClientLLM, text: str, totals: StreamTotals | None = None) -> list[str]:
+    return [piece async for piece in llm.stream(ask(text), totals or StreamTotals())]
+
+
+@pytest.mark.parametrize("framing", ["chunked", "length", "close"])
+async def test_sse_stream_split_in_tiny_writes_is_read_whole_and_in_order(
+    serve: ServerFactory, pool: H1Pool, framing: str
+) -> None:
+    data = response(sse_body(PIECES), headers=SSE_HEADERS, framing=framing, chunk=23)
+    step = drip(data, size=7) if framing != "close" else then_close_after(drip(data, size=7))
+    server = await serve(step)
+    llm = ClientLLM(make_client(server, pool))
+    totals = StreamTotals()
+    assert await collect(llm, "tell me", totals) == PIECES
+    assert totals.finish_reason == "stop"
+    assert totals.usage is not None and totals.usage.completion_tokens == len(PIECES)
+    [request] = server.requests
+    assert request.json()["stream"] is True
+
+
+def then_close_after(step: Step) -> Step:
+    assert callable(step)
+
+    async def run(conn: Conn, request: Request) -> None:
+        await step(conn, request)
+        conn.close()
+
+    return run
+
+
+async def test_connection_reused_after_a_complete_stream(serve: ServerFactory, pool: H1Pool) -> None:
+    data = response(sse_body(PIECES), headers=SSE_HEADERS, framing="chunked", chunk=23)
+    server = await serve([drip(data, size=7), answer("after")])
+    client = make_client(server, pool)
+    assert await collect(ClientLLM(client), "tell me") == PIECES
+    assert (await client.complete(ask("next"))).content == "after"
+    assert server.connections == 1, "the connection of a complete stream was not reused"
+
+
+async def test_connection_reused_after_a_stream_sent_in_one_write(serve: ServerFactory, pool: H1Pool) -> None:
+    server = await serve(
+        [response(sse_body(PIECES), headers=SSE_HEADERS, framing="chunked", chunk=64), answer("after")]
+    )
+    client = make_client(server, pool)
+    assert await collect(ClientLLM(client), "tell me") == PIECES
+    assert (await client.complete(ask("next"))).content == "after"
+    assert server.connections == 1
+
+
+async def test_abandoned_stream_closes_its_connection(serve: ServerFactory, pool: H1Pool) -> None:
+    first = sse_body(["first"]).split(b"\n\n")[0] + b"\n\n"
+    head = b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n"
+
+    async def first_then_wait(conn: Conn, request: Request) -> None:
+        await conn.write(head + b"%x\r\n%s\r\n" % (len(first), first))
+        await conn.wait_eof(10.0)
+
+    server = await serve([first_then_wait, answer("B")])
+    client = make_client(server, pool)
+    stream = ClientLLM(client).stream(ask("long"), StreamTotals())
+    assert isinstance(stream, AsyncGenerator)
+    pieces = []
+    async for piece in stream:
+        pieces.append(piece)
+        break
+    await stream.aclose()
+    assert pieces == ["first"]
+    await server.wait_eof(0)
+    assert (await client.complete(ask("next"))).content == "B"
+    assert server.connections == 2
+    assert server.conns[0].extra == b""
+
+
+async def test_stream_error_status_body_is_read(serve: ServerFactory, pool: H1Pool) -> None:
+    body = json.dumps({"error": {"type": "server_error", "code": "overloaded"}}).encode()
+    server = await serve([response(body, status=503, reason="Service Unavailable"), answer("after")])
+    client = make_client(server, pool)
+    with pytest.raises(BackendStatusError, match="code=overloaded") as info:
+        await collect(ClientLLM(client), "x")
+    assert info.value.status == 503
+    assert (await client.complete(ask("next"))).content == "after"
+    assert server.connections == 1
+
+
+# -- 9. header injection ------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "headers",
+    [{"X-Route": "blue\r\nX-Injected: 1"}, {"X-Route\r\nX-Injected": "1"}, {"X-Route": "a\nX-Injected: 1"}],
+)
+async def test_header_with_line_break_never_reaches_the_wire(
+    serve: ServerFactory, pool: H1Pool, headers: dict[str, str]
+) -> None:
+    server = await serve(answer("ok"))
+    client = make_client(server, pool, retries=2, default_headers=headers)
+    with pytest.raises(BackendError, match="InvalidHeader"):
+        await client.complete(ask("a"))
+    await asyncio.sleep(0.05)
+    assert server.requests == []
+    assert all(b"X-Injected" not in conn.extra for conn in server.conns)
+
+
+# -- 10. connection: close and close-delimited bodies -------------------------------------------
+
+
+async def test_connection_close_response_is_not_reused(serve: ServerFactory, pool: H1Pool) -> None:
+    closing = (("Content-Type", "application/json"), ("Connection", "close"))
+    server = await serve([answer("one", headers=closing), answer("two")])  # the server does not close
+    client = make_client(server, pool)
+    assert (await client.complete(ask("a"))).content == "one"
+    assert (await client.complete(ask("b"))).content == "two"
+    assert server.connections == 2
+    assert [r.conn for r in server.requests] == [0, 1]
+    await server.wait_eof(0)  # the client closed it itself
+
+
+async def test_http10_response_is_not_reused(serve: ServerFactory, pool: H1Pool) -> None:
+    old = answer("one").replace(b"HTTP/1.1", b"HTTP/1.0", 1)
+    server = await serve([old, answer("two")])
+    client = make_client(server, pool)
+    assert (await client.complete(ask("a"))).content == "one"
+    assert (await client.complete(ask("b"))).content == "two"
+    assert server.connections == 2
+
+
+async def test_body_delimited_by_connection_close_is_read_whole(serve: ServerFactory, pool: H1Pool) -> None:
+    long_text = "x" * 200_000 + "end"
+    data = answer(long_text, framing="close")
+
+    async def in_pieces_then_close(conn: Conn, request: Request) -> None:
+        third = len(data) // 3
+        for piece in (data[:third], data[third : 2 * third], data[2 * third :]):
+            await conn.write(piece)
+            await asyncio.sleep(0.01)
+        conn.close()
+
+    server = await serve([in_pieces_then_close, answer("next")])
+    client = make_client(server, pool)
+    assert (await client.complete(ask("a"))).content == long_text
+    assert (await client.complete(ask("b"))).content == "next"
+    assert server.connections == 2
+
+
+# -- 11. idle bound ------------------------------------------------------------------------------
+
+
+async def test_burst_keeps_at_most_max_idle_connections(serve: ServerFactory) -> None:
+    server = await serve(slow(answer("ok"), 0.2))
+    pool = H1Pool(max_idle=4)
+    try:
+        client = make_client(server, pool)
+        results = await asyncio.gather(*(client.complete(ask(f"q{i}")) for i in range(20)))
+        assert [r.content for r in results] == ["ok"] * 20
+        opened = server.connections
+        assert opened > 4  # the burst did run concurrently (20 on an idle machine)
+        lane = lane_of(pool, server)
+        assert len(lane.idle) == 4
+        assert lane.busy == set()
+        assert await server.count_eofs(opened - 4) == opened - 4  # those not kept were closed
+        # The kept ones serve the next calls without new connections.
+        await asyncio.gather(*(client.complete(ask("again")) for _ in range(4)))
+        assert server.connections == opened
+    finally:
+        await pool.aclose_all()
+
+
+# -- 12. unsolicited bytes ----------------------------------------------------------------------
+
+
+async def test_unsolicited_bytes_on_idle_connection_drop_it(serve: ServerFactory, pool: H1Pool) -> None:
+    sent = asyncio.Event()
+
+    async def answer_then_chatter(conn: Conn, request: Request) -> None:
+        await conn.write(answer("one"))
+        await asyncio.sleep(0.1)
+        await conn.write(answer("unsolicited"))
+        sent.set()
+
+    server = await serve([answer_then_chatter, answer("two")])
+    client = make_client(server, pool)
+    assert (await client.complete(ask("a"))).content == "one"
+    await asyncio.wait_for(sent.wait(), EOF_WAIT)
+    await server.wait_eof(0)
+    assert (await client.complete(ask("b"))).content == "two"
+    assert server.connections == 2
+
+
+async def test_extra_response_in_same_write_is_never_read_as_the_next_answer(
+    serve: ServerFactory, pool: H1Pool
+) -> None:
+    # A broken server (or one answering twice) sends a second response right behind the first.
+    server = await serve([answer("one") + answer("stale"), answer("two")])
+    client = make_client(server, pool)
+    first = await client.complete(ask("a"))
+    assert first.content == "one"
+    assert (await client.complete(ask("b"))).content == "two"
+    assert server.connections == 2
+    assert len(server.requests) == 2
+
+
+async def test_informational_1xx_response_is_skipped(serve: ServerFactory, pool: H1Pool) -> None:
+    server = await serve(b"HTTP/1.1 100 Continue\r\n\r\n" + answer("final"))
+    assert (await make_client(server, pool).complete(ask("a"))).content == "final"
+
+
+# -- 13. closing the pool -----------------------------------------------------------------------
+
+
+async def test_aclose_all_closes_idle_connections(serve: ServerFactory, pool: H1Pool) -> None:
+    server = await serve(slow(answer("ok"), 0.3))
+    client = make_client(server, pool)
+    await asyncio.gather(*(client.complete(ask(f"q{i}")) for i in range(3)))
+    lane = lane_of(pool, server)
+    assert server.connections == 3
+    assert len(lane.idle) == 3
+    await pool.aclose_all()
+    await server.wait_eof(0, 1, 2)
+    assert lane.idle == []
+
+
+# -- 14. proxies from the environment -----------------------------------------------------------
+
+
+@pytest.mark.parametrize("variable", ["HTTP_PROXY", "http_proxy"])
+async def test_proxied_url_gets_an_aiohttp_lane(monkeypatch: pytest.MonkeyPatch, variable: str) -> None:
+    monkeypatch.setenv(variable, "http://127.0.0.1:9")
+    pool = H1Pool()
+    try:
+        assert isinstance(pool.lane("http://nim.test:8000/v1"), AiohttpLane)
+    finally:
+        await pool.aclose_all()
+
+
+@pytest.mark.parametrize("no_proxy", ["nim.test", "*", ".test", "localhost,nim.test"])
+async def test_no_proxy_host_keeps_the_h1_lane(monkeypatch: pytest.MonkeyPatch, no_proxy: str) -> None:
+    monkeypatch.setenv("HTTP_PROXY", "http://127.0.0.1:9")
+    monkeypatch.setenv("NO_PROXY", no_proxy)
+    pool = H1Pool()
+    try:
+        assert isinstance(pool.lane("http://nim.test:8000/v1"), H1Lane)
+    finally:
+        await pool.aclose_all()
+
+
+async def test_without_proxy_env_the_lane_is_h1(pool: H1Pool) -> None:
+    assert isinstance(pool.lane("http://nim.test:8000/v1"), H1Lane)
+
+
+# -- 15. HTTP error statuses --------------------------------------------------------------------
+
+
+async def test_429_with_retry_after_is_retried_on_the_same_connection(
+    serve: ServerFactory, pool: H1Pool
+) -> None:
+    limited = response(
+        b'{"error": {"type": "rate_limit"}}',
+        status=429,
+        reason="Too Many Requests",
+        headers=(("Content-Type", "application/json"), ("Retry-After", "0")),
+    )
+    server = await serve([limited, answer("ok")])
+    client = make_client(server, pool, retries=2)
+    result = await client.complete(ask("a"))
+    assert result.content == "ok"
+    assert result.attempts == 2
+    assert len(server.requests) == 2
+    assert server.connections == 1
+
+
+async def test_500_body_is_classified_when_retries_run_out(serve: ServerFactory, pool: H1Pool) -> None:
+    body = json.dumps({"error": {"message": "boom", "type": "server_error", "code": "engine_dead"}}).encode()
+    server = await serve(response(body, status=500, reason="Internal Server Error", framing="chunked"))
+    client = make_client(server, pool, retries=1)
+    with pytest.raises(BackendStatusError, match="type=server_error, code=engine_dead") as info:
+        await client.complete(ask("a"))
+    assert info.value.status == 500
+    assert len(server.requests) == 2
+    assert server.connections == 1
