@@ -7,9 +7,9 @@ streams) in another child process. Every check is a cache hit after a warm-up pa
 
 Phases, all in one run:
 
-Phases 1 and 2 run each server set-up of ``VARIANTS`` side by side (``--variants`` picks): aiohttp
-upstream with httptools + uvloop (what the ``server`` extra runs), aiohttp with h11 + asyncio, and
-httpx2 with h11 + asyncio (the set-up before aiohttp was adopted).
+Phases 1 and 2 run each server set-up of ``VARIANTS`` side by side (``--variants`` picks): the h1
+upstream client with httptools + uvloop (what the ``server`` extra runs), aiohttp upstream (the
+default before h1), h1 with h11 + asyncio, and httpx2 with h11 + asyncio (the first set-up).
 
 1. **Overhead** (concurrency 1): p50 of the same requests sent straight to the main emulator and
    through the server (input + output rails, both hits), interleaved in rounds; the difference is
@@ -19,8 +19,8 @@ httpx2 with h11 + asyncio (the set-up before aiohttp was adopted).
    what one worker can serve when it has a core to itself (on this machine the load generator
    and the main emulator take the other core and part of this one). Target: >= 3,000/s per worker.
 3. **Where the time goes**: client CPU per upstream call (raw httpx2, httpx 0.28 and aiohttp, then
-   guardcache's ChatClient and SSE stream on the chosen transport: aiohttp unless
-   ``GUARDCACHE_HTTP_CLIENT=httpx2``), measured alone in this process (see also
+   guardcache's ChatClient and SSE stream on the chosen transport: its own HTTP/1.1 client, h1,
+   unless ``GUARDCACHE_HTTP_CLIENT`` names another), measured alone in this process (see also
    bench_http_clients.py); with ``--profile`` the server runs under cProfile during a throughput
    pass (that pass only) and the top functions and a per-package split of its CPU are printed.
 4. **NeMo Guardrails' server** on the same workload when ``nemoguardrails`` is installed (said so
@@ -271,7 +271,7 @@ async def _client_cpu(url: str, n: int) -> dict[str, float | str]:
     from guardcache.llm.pool import default_pool
 
     client = ChatClient(url.rsplit("/chat/completions", 1)[0], model=MAIN_MODEL)
-    chosen = "aiohttp" if type(default_pool()).__name__ == "AiohttpPool" else "httpx2"
+    chosen = {"AiohttpPool": "aiohttp", "H1Pool": "h1"}.get(type(default_pool()).__name__, "httpx2")
     msgs = [{"role": "user", "content": "hello"}]
     for _ in range(50):
         await client.complete(msgs, max_tokens=16)
@@ -378,11 +378,12 @@ def summarize_profile(path: str, requests: int) -> str:
 CLIENT_ENV = "GUARDCACHE_HTTP_CLIENT"
 VARIANTS = {
     # name: (serve arguments, environment)
+    "h1 + httptools/uvloop": (["--http", "httptools", "--loop", "uvloop"], {"GUARDCACHE_HTTP_CLIENT": "h1"}),
     "aiohttp + httptools/uvloop": (
         ["--http", "httptools", "--loop", "uvloop"],
         {"GUARDCACHE_HTTP_CLIENT": "aiohttp"},
     ),
-    "aiohttp + h11/asyncio": (["--http", "h11", "--loop", "asyncio"], {"GUARDCACHE_HTTP_CLIENT": "aiohttp"}),
+    "h1 + h11/asyncio": (["--http", "h11", "--loop", "asyncio"], {"GUARDCACHE_HTTP_CLIENT": "h1"}),
     "httpx2 + h11/asyncio (before)": (
         ["--http", "h11", "--loop", "asyncio"],
         {"GUARDCACHE_HTTP_CLIENT": "httpx2"},

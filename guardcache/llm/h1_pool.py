@@ -59,8 +59,15 @@ from guardcache.llm.wire import BodyReply, Reply, WireError, WireKind, WireLane,
 KEEPALIVE_EXPIRY = 4.0
 """Seconds an idle connection is kept (under the 5 s keep-alive of uvicorn and many proxies)."""
 
+LINGER = 0.05
+"""Seconds a stream read to its own end waits for the rest of the HTTP message (see ``linger``)."""
+
 MAX_UNREAD = 256 * 1024
 """Bytes of a stream buffered unread before the socket stops being read (back-pressure)."""
+
+
+class _Stray(Exception):
+    """Raised from the parser's callback when a message begins after the answer was complete."""
 
 
 class CaseInsensitiveHeaders(dict[str, str]):
@@ -127,6 +134,7 @@ class _Connection(asyncio.Protocol):
         self.unread = 0
         self.paused = False
         self.head_done = False
+        self.interim = False
         self.keep_alive = False
         self.complete = False
         self.closed = False
@@ -150,7 +158,15 @@ class _Connection(asyncio.Protocol):
         self.last_io = time.monotonic()
         try:
             self.parser.feed_data(data)
+        except httptools.HttpParserUpgrade:
+            upgrade = WireError(WireKind.DROPPED, "UnexpectedUpgrade", "the server switched protocols")
+            self._fail(upgrade, close=True)
         except httptools.HttpParserError as exc:
+            if isinstance(exc.__context__, _Stray):
+                # A second message behind the answer: the answer stands, the connection is not
+                # reused (httptools wraps what a callback raises).
+                self.keep_alive = False
+                return
             self._fail(WireError(WireKind.DROPPED, type(exc).__name__), close=True)
 
     def eof_received(self) -> bool | None:
@@ -159,8 +175,10 @@ class _Connection(asyncio.Protocol):
     def connection_lost(self, exc: Exception | None) -> None:
         self.closed = True
         self._cancel_timer()
-        if self.head_done and not self.complete and not self._framed():
-            self.on_message_complete()  # a body delimited by the end of the connection
+        if exc is None and self.head_done and not self.complete and not self._framed():
+            # A body delimited by the end of the connection: whole only on a clean close, not a
+            # reset (RFC 9112, 8).
+            self.on_message_complete()
         if not self.complete:
             detail = str(exc)[:200] if isinstance(exc, OSError) else ""
             name = type(exc).__name__ if exc is not None else "RemoteProtocolError"
@@ -170,11 +188,16 @@ class _Connection(asyncio.Protocol):
 
     # -- httptools callbacks ---------------------------------------------------------------------
 
+    def on_message_begin(self) -> None:
+        if self.complete:
+            raise _Stray  # stops the parser: nothing after the answer is read as part of it
+
     def on_header(self, name: bytes, value: bytes) -> None:
         # Kept raw: the mapping is built only when someone reads it (an error status's Retry-After).
         self.raw_headers.append((name, value))
         if len(name) == 16 and name.lower() == b"content-encoding":
-            self.coding = value.decode("latin-1")
+            coding = value.decode("latin-1")
+            self.coding = coding if self.coding is None else f"{self.coding}, {coding}"
 
     @property
     def headers(self) -> CaseInsensitiveHeaders:
@@ -183,6 +206,9 @@ class _Connection(asyncio.Protocol):
     def on_headers_complete(self) -> None:
         parser = self.parser
         self.status = parser.get_status_code()
+        if 100 <= self.status < 200:
+            self.interim = True  # 100 Continue, 103 Early Hints...: the answer is still to come
+            return
         # Asked here: llhttp forgets the answer once the message is complete.
         self.keep_alive = parser.should_keep_alive()
         self.head_done = True
@@ -199,6 +225,12 @@ class _Connection(asyncio.Protocol):
             self._wake()
 
     def on_message_complete(self) -> None:
+        if self.interim:
+            self.interim = False
+            self.status = 0
+            self.raw_headers = []
+            self.coding = None
+            return
         self.complete = True
         self._cancel_timer()
         self._wake()
@@ -208,7 +240,7 @@ class _Connection(asyncio.Protocol):
     def start(self, data: bytes, read_timeout: float | None, streaming: bool) -> None:
         """Send one request (the connection must be idle) and arm the read timeout."""
         self.streaming = streaming
-        self.received = self.head_done = self.complete = self.keep_alive = False
+        self.received = self.head_done = self.complete = self.keep_alive = self.interim = False
         self.status = 0
         self.raw_headers = []
         self.coding = None
@@ -248,6 +280,21 @@ class _Connection(asyncio.Protocol):
             self.paused = False
             self.transport.resume_reading()
         return data
+
+    async def linger(self) -> None:
+        """After a reader stopped at the stream's own end (``data: [DONE]``): the last bytes of the
+        message (the chunked body's terminator) are usually a packet behind. Waiting a moment for
+        them keeps the connection; otherwise ``finish`` closes it."""
+        try:
+            async with asyncio.timeout(LINGER):
+                while not self.complete and not self.closed and self.error is None:
+                    if self.chunks:
+                        self.take()
+                    await self.wait()
+        except (TimeoutError, WireError):
+            return
+        if self.chunks:
+            self.take()
 
     def finish(self) -> None:
         """After a response: back to the pool when it was read whole and may be kept alive."""
@@ -404,6 +451,8 @@ class H1Lane:
         key = (url, *headers.items())
         head = self._heads.get(key)
         if head is None:
+            if len(self._heads) >= 256:  # per-request headers (trace ids...) must not grow it forever
+                self._heads.clear()
             path = urlsplit(url)
             target = (path.path or "/") + (f"?{path.query}" if path.query else "")
             head = self._heads[key] = _header_block(target, self.host_header, headers)
@@ -512,9 +561,13 @@ class _StreamContext:
         self.reply = H1Stream(conn)
         return self.reply
 
-    async def __aexit__(self, *exc: object) -> None:
-        if self.reply is not None:
-            self.reply.conn.finish()
+    async def __aexit__(self, exc_type: type[BaseException] | None, *rest: object) -> None:
+        if self.reply is None:
+            return
+        conn = self.reply.conn
+        if exc_type is None and not conn.complete:
+            await conn.linger()
+        conn.finish()
 
 
 class H1Stream:

@@ -12,6 +12,7 @@ import asyncio
 import gzip
 import json
 import socket
+import struct
 import time
 import zlib
 from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Sequence
@@ -676,6 +677,9 @@ def then_close_after(step: Step) -> Step:
 
 
 async def test_connection_reused_after_a_complete_stream(serve: ServerFactory, pool: H1Pool) -> None:
+    # The stream's last bytes (the chunked terminator "0\r\n\r\n") arrive after "data: [DONE]", as
+    # they do from servers that write each event as it is produced: the connection must still be
+    # kept once the whole message is in, not closed because [DONE] ended the reading first.
     data = response(sse_body(PIECES), headers=SSE_HEADERS, framing="chunked", chunk=23)
     server = await serve([drip(data, size=7), answer("after")])
     client = make_client(server, pool)
@@ -718,6 +722,34 @@ async def test_abandoned_stream_closes_its_connection(serve: ServerFactory, pool
     assert server.conns[0].extra == b""
 
 
+async def test_gzip_encoded_sse_stream_is_decoded(serve: ServerFactory, pool: H1Pool) -> None:
+    headers = (*SSE_HEADERS, ("Content-Encoding", "gzip"))
+    data = response(gzip.compress(sse_body(PIECES)), headers=headers, framing="chunked", chunk=11)
+    server = await serve(drip(data, size=5))
+    assert await collect(ClientLLM(make_client(server, pool)), "zip it") == PIECES
+
+
+async def test_stream_stalling_after_its_head_is_a_read_timeout(serve: ServerFactory, pool: H1Pool) -> None:
+    first = sse_body(["first"]).split(b"\n\n")[0] + b"\n\n"
+    head = b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n"
+
+    async def first_then_stall(conn: Conn, request: Request) -> None:
+        await conn.write(head + b"%x\r\n%s\r\n" % (len(first), first))
+        await conn.wait_eof(10.0)
+
+    server = await serve(first_then_stall)
+    timeout = httpx2.Timeout(connect=1.0, read=0.3, write=1.0, pool=None)
+    client = make_client(server, pool, timeout=timeout, deadline_s=5.0)
+    pieces: list[str] = []
+    started = time.monotonic()
+    with pytest.raises(BackendTimeoutError, match="read timeout"):
+        async for piece in ClientLLM(client).stream(ask("x"), StreamTotals()):
+            pieces.append(piece)
+    assert pieces == ["first"]
+    assert time.monotonic() - started < 2.0
+    await server.wait_eof(0)
+
+
 async def test_stream_error_status_body_is_read(serve: ServerFactory, pool: H1Pool) -> None:
     body = json.dumps({"error": {"type": "server_error", "code": "overloaded"}}).encode()
     server = await serve([response(body, status=503, reason="Service Unavailable"), answer("after")])
@@ -745,6 +777,7 @@ async def test_header_with_line_break_never_reaches_the_wire(
         await client.complete(ask("a"))
     await asyncio.sleep(0.05)
     assert server.requests == []
+    assert server.connections == 0  # refused before a connection was even opened
     assert all(b"X-Injected" not in conn.extra for conn in server.conns)
 
 
@@ -787,6 +820,27 @@ async def test_body_delimited_by_connection_close_is_read_whole(serve: ServerFac
     assert (await client.complete(ask("a"))).content == long_text
     assert (await client.complete(ask("b"))).content == "next"
     assert server.connections == 2
+
+
+async def test_close_delimited_body_cut_by_a_reset_is_a_connection_error(
+    serve: ServerFactory, pool: H1Pool
+) -> None:
+    # RFC 9112, 8: a body delimited by the close is complete "unless an error was indicated by the
+    # underlying connection"; a reset is one.
+    data = answer("cut by a reset", framing="close")
+
+    async def half_then_reset(conn: Conn, request: Request) -> None:
+        await conn.write(data[: len(data) - 20])
+        await asyncio.sleep(0.1)
+        sock = conn.writer.get_extra_info("socket")
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+        conn.writer.transport.abort()  # RST, not FIN
+        conn.closed_by_server = True
+
+    server = await serve(half_then_reset)
+    client = make_client(server, pool, retries=0)
+    with pytest.raises(BackendConnectionError):
+        await client.complete(ask("a"))
 
 
 # -- 11. idle bound ------------------------------------------------------------------------------
@@ -833,11 +887,17 @@ async def test_unsolicited_bytes_on_idle_connection_drop_it(serve: ServerFactory
     assert server.connections == 2
 
 
-async def test_extra_response_in_same_write_is_never_read_as_the_next_answer(
-    serve: ServerFactory, pool: H1Pool
+@pytest.mark.parametrize(
+    "extra",
+    [answer("stale"), response(b'{"error": "late"}', status=500, reason="Internal Server Error")],
+    ids=["200", "500"],
+)
+async def test_extra_response_in_same_write_never_mixes_into_the_answer(
+    serve: ServerFactory, pool: H1Pool, extra: bytes
 ) -> None:
-    # A broken server (or one answering twice) sends a second response right behind the first.
-    server = await serve([answer("one") + answer("stale"), answer("two")])
+    # A broken server (or one answering twice) sends a second response right behind the first,
+    # in the same packet: the first is the answer, whole; the rest is never read as any answer.
+    server = await serve([answer("one") + extra, answer("two")])
     client = make_client(server, pool)
     first = await client.complete(ask("a"))
     assert first.content == "one"
@@ -846,9 +906,28 @@ async def test_extra_response_in_same_write_is_never_read_as_the_next_answer(
     assert len(server.requests) == 2
 
 
-async def test_informational_1xx_response_is_skipped(serve: ServerFactory, pool: H1Pool) -> None:
+async def test_informational_1xx_response_in_the_same_write_is_skipped(
+    serve: ServerFactory, pool: H1Pool
+) -> None:
     server = await serve(b"HTTP/1.1 100 Continue\r\n\r\n" + answer("final"))
     assert (await make_client(server, pool).complete(ask("a"))).content == "final"
+
+
+async def test_informational_1xx_response_sent_before_a_pause_is_skipped(
+    serve: ServerFactory, pool: H1Pool
+) -> None:
+    # RFC 9110, 15.2: a client must accept 1xx answers before the final one, even unasked for
+    # (a proxy's "103 Early Hints", a server's "100 Continue").
+    async def informational_then_final(conn: Conn, request: Request) -> None:
+        await conn.write(b"HTTP/1.1 103 Early Hints\r\nLink: </style.css>; rel=preload\r\n\r\n")
+        await asyncio.sleep(0.05)
+        await conn.write(answer("final"))
+
+    server = await serve([informational_then_final, answer("next")])
+    client = make_client(server, pool)
+    assert (await client.complete(ask("a"))).content == "final"
+    assert (await client.complete(ask("b"))).content == "next"
+    assert len(server.requests) == 2
 
 
 # -- 13. closing the pool -----------------------------------------------------------------------
