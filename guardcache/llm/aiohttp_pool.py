@@ -1,12 +1,9 @@
-"""One pooled ``aiohttp.ClientSession`` per (event loop, base URL): the default transport.
+"""One pooled ``aiohttp.ClientSession`` per (event loop, base URL): the transport for base URLs the
+environment sends through a proxy, and for every call with ``GUARDCACHE_HTTP_CLIENT=aiohttp``.
 
-Why aiohttp: at 100% cache hits almost all of a guarded turn's CPU is the outgoing call to the main
-model. ``benchmarks/bench_http_clients.py`` (one local keep-alive server, same JSON body, 2 shared
-cores under load, so absolute figures are inflated ~2x) measured client CPU per request: httpx2
-1,165-1,597 us, httpx 0.28 1,396-1,780 us, aiohttp 241-387 us; with guardcache's whole client
-around it (deadline, retries, gate, typed errors, answer parsing) see that benchmark's
-``ChatClient.complete`` rows. aiohttp's HTTP parser and connection pool are C (llhttp) and O(1)
-per event; httpx2's are pure Python with an anyio layer under them.
+It was the default until guardcache's own HTTP/1.1 client (:mod:`guardcache.llm.h1_pool`) measured
+~2.5x less client CPU per call (``benchmarks/bench_http_clients.py``); it stays for what that client
+does not speak (proxies) and as a second implementation of the same ``WireLane``.
 
 Everything the httpx2 pool gives is kept (see :mod:`guardcache.llm.pool` for the reasons):
 - one session per (loop, base URL), in a ``WeakKeyDictionary`` keyed by the loop; a session is never

@@ -1,12 +1,10 @@
-"""One pooled ``httpx2.AsyncClient`` per (event loop, base URL): the fallback transport; and which
-transport ChatClients use by default (:func:`default_pool`).
-
-Since the aiohttp transport (:mod:`guardcache.llm.aiohttp_pool`) became the default, httpx2 carries
-the calls of ChatClients given ``transport=`` or ``http_client=`` (``httpx2.MockTransport`` in
-tests, custom network stacks) or a ``ClientPool``, and every call when
-``GUARDCACHE_HTTP_CLIENT=httpx2`` or aiohttp cannot be imported. Both implement
-:class:`~guardcache.llm.wire.WireLane`; the reasons below (pooling per loop, the admission gate,
-the idle bound) hold for both, and ``aiohttp_pool`` says where it differs.
+"""One pooled ``httpx2.AsyncClient`` per (event loop, base URL): the transport of ChatClients given
+``transport=`` or ``http_client=`` (``httpx2.MockTransport`` in tests, custom network stacks) or a
+``ClientPool``, and of every call with ``GUARDCACHE_HTTP_CLIENT=httpx2``; and which transport
+ChatClients use by default (:func:`default_pool`: guardcache's own HTTP/1.1 client,
+:mod:`guardcache.llm.h1_pool`). All implement :class:`~guardcache.llm.wire.WireLane`; the reasons
+below (pooling per loop, the admission gate, the idle bound) hold for all, and each module says where
+it differs.
 
 Why httpx2 (over httpx 0.28): it is httpx's successor from the same authors, API-identical, and
 already installed with langchain-core (through langsmith). httpx 0.28's httpcore 1.x pool rescans

@@ -1,16 +1,15 @@
 """What :class:`~guardcache.llm.client.ChatClient` needs from an HTTP client, whichever carries it.
 
-Two transports implement it: aiohttp (:mod:`guardcache.llm.aiohttp_pool`, the default when aiohttp is
-installed) and httpx2 (:mod:`guardcache.llm.pool`: the fallback, and what ``transport=`` /
-``http_client=`` arguments such as ``httpx2.MockTransport`` use). Why two, and why aiohttp first: at
-100% cache hits the outgoing call to the main model is almost all of a guarded turn's CPU, and
-``benchmarks/bench_http_clients.py`` measured (same server, keep-alive, same JSON body, 2 shared
-cores under load) 1,165-1,597 us of client CPU per request for httpx2, 1,396-1,780 us for httpx 0.28
-and 241-387 us for aiohttp.
+Three transports implement it: guardcache's own HTTP/1.1 client (:mod:`guardcache.llm.h1_pool`, the
+default), aiohttp (:mod:`guardcache.llm.aiohttp_pool`: base URLs the environment proxies, and
+``GUARDCACHE_HTTP_CLIENT=aiohttp``) and httpx2 (:mod:`guardcache.llm.pool`: what ``transport=`` /
+``http_client=`` arguments such as ``httpx2.MockTransport`` use). Why the default is the one it is:
+at 100% cache hits the outgoing call to the main model is most of a guarded turn's CPU, and
+``benchmarks/bench_http_clients.py`` prints the candidates' client CPU per call side by side.
 
 Each transport turns its own exceptions into one :class:`WireError` with a :class:`WireKind`, so
 the client classifies a failure (retry or not, which typed ``BackendError``, what the message says)
-once, identically for both. Replies expose the few things the client reads (status, headers,
+once, identically for all. Replies expose the few things the client reads (status, headers,
 ``json()``, ``text``), nothing library-specific.
 """
 
