@@ -404,7 +404,9 @@ def latency_phase(main_url: str, served: dict[str, str], requests: int) -> None:
                 got = run_load(url, mode, 1, count=requests)
                 rows.setdefault((mode, target), []).extend(got["latencies"])
                 failures[(mode, target)] = failures.get((mode, target)) or got["first_error"]
-    for mode in ("plain", "stream"):
+        for target, url in targets.items():
+            rows.setdefault(("lean", target), []).extend(lean_latencies(url, requests))
+    for mode in ("plain", "stream", "lean"):
         alone = rows[(mode, "alone")]
         a50 = statistics.median(alone) * 1e3
         print(f"   {mode:<6} p50 main alone {a50:6.2f} ms (p90 {pct(alone, 0.9) * 1e3:.2f} ms)")
@@ -421,8 +423,34 @@ def latency_phase(main_url: str, served: dict[str, str], requests: int) -> None:
             )
     print(
         "   (stream: the config checks the whole answer with its output rail, so the server sends it as "
-        "one chunk while the main model alone sends one chunk per token: the client parses fewer events)"
+        "one chunk while the main model alone sends one chunk per token: the client parses fewer events)\n"
+        "   (lean: plain requests from http.client over one keep-alive connection, in this process: the "
+        "openai client's own ~2-4 ms per call shares the 2 cores with the server and moves its p50)"
     )
+
+
+def lean_latencies(base_url: str, count: int) -> list[float]:
+    """Sequential plain requests over one keep-alive connection with the stdlib's http.client."""
+    import http.client
+    from urllib.parse import urlsplit
+
+    parts = urlsplit(f"{base_url}/chat/completions")
+    body = json.dumps({"model": MAIN_MODEL, "messages": [{"role": "user", "content": MESSAGES[3]}]})
+    connection = http.client.HTTPConnection(parts.hostname, parts.port, timeout=30)
+    out: list[float] = []
+    try:
+        for i in range(count + 20):
+            started = time.perf_counter()
+            connection.request("POST", parts.path, body, {"Content-Type": "application/json"})
+            response = connection.getresponse()
+            response.read()
+            if response.status != 200:
+                raise RuntimeError(f"{base_url}: HTTP {response.status}")
+            if i >= 20:  # warm-up
+                out.append(time.perf_counter() - started)
+    finally:
+        connection.close()
+    return out
 
 
 def throughput_phase(main_url: str, servers: dict[str, tuple[Child, str]], args: argparse.Namespace) -> None:
