@@ -30,8 +30,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import threading
-import weakref
 from collections.abc import AsyncIterator, Mapping
 from typing import Any
 
@@ -40,7 +38,7 @@ import httpx2
 from aiohttp import http_exceptions
 from yarl import URL
 
-from guardcache.llm.pool import DEFAULT_LIMITS, USER_AGENT, normalize_base_url, shared_ssl_context
+from guardcache.llm.pool import DEFAULT_LIMITS, USER_AGENT, LoopLanes, shared_ssl_context
 from guardcache.llm.wire import BodyReply, Reply, WireError, WireKind, dumps_body
 
 KEEPALIVE_EXPIRY = 4.0
@@ -205,31 +203,20 @@ class AiohttpPool:
 
     def __init__(self, *, max_connections: int | None = DEFAULT_LIMITS.max_connections) -> None:
         self.max_connections = max_connections
-        self._lock = threading.Lock()
-        self._by_loop: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, dict[str, AiohttpLane]] = (
-            weakref.WeakKeyDictionary()
-        )
+        self._lanes: LoopLanes[AiohttpLane] = LoopLanes()
 
     def lane(self, base_url: str) -> AiohttpLane:
         """The session and gate for ``base_url`` on the running loop; created on first use (a
         closed session is replaced, its gate kept)."""
-        loop = asyncio.get_running_loop()
-        lanes = self._by_loop.get(loop)
-        if lanes is None:
-            with self._lock:
-                lanes = self._by_loop.setdefault(loop, {})
-        lane = lanes.get(base_url)
-        if lane is None:
-            key = normalize_base_url(base_url)
-            lane = lanes.get(key)
-            if lane is None:
-                size = self.max_connections
-                gate = asyncio.Semaphore(size) if size else None
-                lane = lanes[key] = AiohttpLane(self._new_session(), gate, _env_proxy(key))
-            lanes[base_url] = lane
-        elif lane.session.closed:
+        lane = self._lanes.get(base_url, self._new_lane)
+        if lane.session.closed:
             lane.session = self._new_session()
         return lane
+
+    def _new_lane(self, loop: asyncio.AbstractEventLoop, base_url: str) -> AiohttpLane:
+        size = self.max_connections
+        gate = asyncio.Semaphore(size) if size else None
+        return AiohttpLane(self._new_session(), gate, _env_proxy(base_url))
 
     def _new_session(self) -> aiohttp.ClientSession:
         connector = aiohttp.TCPConnector(
@@ -250,21 +237,15 @@ class AiohttpPool:
 
     def sessions_for_running_loop(self) -> dict[str, aiohttp.ClientSession]:
         """A snapshot of the running loop's sessions by normalized base URL (tests and stats)."""
-        loop = asyncio.get_running_loop()
-        with self._lock:
-            lanes = dict(self._by_loop.get(loop, {}))
-        return {url: lane.session for url, lane in lanes.items() if url == normalize_base_url(url)}
+        return {url: lane.session for url, lane in self._lanes.snapshot().items()}
 
     async def aclose_all(self) -> None:
         """Close every session of the running loop and forget loops that are already closed."""
-        loop = asyncio.get_running_loop()
-        with self._lock:
-            lanes = self._by_loop.pop(loop, {})
-            for other in [lp for lp in self._by_loop if lp.is_closed()]:
-                for lane in self._by_loop.pop(other).values():
-                    _forget(lane.session)
-        for session in {id(lane.session): lane.session for lane in lanes.values()}.values():
-            await session.close()
+        lanes, stale = self._lanes.release()
+        for lane in stale:
+            _forget(lane.session)
+        for lane in lanes:
+            await lane.session.close()
 
 
 def _forget(session: aiohttp.ClientSession) -> None:

@@ -40,10 +40,8 @@ from __future__ import annotations
 
 import asyncio
 import ssl
-import threading
 import time
 import urllib.request
-import weakref
 import zlib
 from collections import deque
 from collections.abc import AsyncIterator, Mapping
@@ -53,7 +51,7 @@ from urllib.parse import urlsplit
 import httptools
 import httpx2
 
-from guardcache.llm.pool import DEFAULT_LIMITS, USER_AGENT, normalize_base_url, shared_ssl_context
+from guardcache.llm.pool import DEFAULT_LIMITS, USER_AGENT, LoopLanes, shared_ssl_context
 from guardcache.llm.wire import BodyReply, Reply, WireError, WireKind, WireLane, dumps_body
 
 KEEPALIVE_EXPIRY = 4.0
@@ -651,26 +649,11 @@ class H1Pool:
         self.max_connections = max_connections
         self.max_idle = max_idle
         self.keepalive_expiry = keepalive_expiry
-        self._lock = threading.Lock()
-        self._by_loop: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, dict[str, WireLane]] = (
-            weakref.WeakKeyDictionary()
-        )
+        self._lanes: LoopLanes[WireLane] = LoopLanes()
         self._proxied: Any = None  # an AiohttpPool, made for the first proxied base URL
 
     def lane(self, base_url: str) -> WireLane:
-        loop = asyncio.get_running_loop()
-        lanes = self._by_loop.get(loop)
-        if lanes is None:
-            with self._lock:
-                lanes = self._by_loop.setdefault(loop, {})
-        lane = lanes.get(base_url)
-        if lane is None:
-            key = normalize_base_url(base_url)
-            lane = lanes.get(key)
-            if lane is None:
-                lane = lanes[key] = self._new_lane(loop, key)
-            lanes[base_url] = lane
-        return lane
+        return self._lanes.get(base_url, self._new_lane)
 
     def _new_lane(self, loop: asyncio.AbstractEventLoop, base_url: str) -> WireLane:
         if _proxied(base_url):
@@ -686,21 +669,15 @@ class H1Pool:
 
     def lanes_for_running_loop(self) -> dict[str, WireLane]:
         """A snapshot of the running loop's lanes by normalized base URL (tests and stats)."""
-        loop = asyncio.get_running_loop()
-        with self._lock:
-            lanes = dict(self._by_loop.get(loop, {}))
-        return {url: lane for url, lane in lanes.items() if url == normalize_base_url(url)}
+        return self._lanes.snapshot()
 
     async def aclose_all(self) -> None:
         """Close the running loop's connections; forget loops that are already closed."""
-        loop = asyncio.get_running_loop()
-        with self._lock:
-            lanes = self._by_loop.pop(loop, {})
-            for other in [lp for lp in self._by_loop if lp.is_closed()]:
-                for stale in self._by_loop.pop(other).values():
-                    if isinstance(stale, H1Lane):
-                        stale.abandon()
-        for lane in {id(lane): lane for lane in lanes.values()}.values():
+        lanes, stale = self._lanes.release()
+        for lane in stale:
+            if isinstance(lane, H1Lane):
+                lane.abandon()
+        for lane in lanes:
             if isinstance(lane, H1Lane):
                 lane.close()
         if self._proxied is not None:

@@ -55,8 +55,8 @@ import os
 import ssl
 import threading
 import weakref
-from collections.abc import AsyncIterator, Mapping
-from typing import Any
+from collections.abc import AsyncIterator, Callable, Iterable, Mapping
+from typing import Any, Generic, TypeVar
 
 import httpx2
 
@@ -92,6 +92,63 @@ def shared_ssl_context() -> ssl.SSLContext:
 def normalize_base_url(base_url: str) -> str:
     """``http://h:8000/v1/`` and ``http://h:8000/v1`` are the same backend."""
     return base_url.strip().rstrip("/")
+
+
+L = TypeVar("L")
+
+
+class LoopLanes(Generic[L]):
+    """Every transport's lanes by (event loop, base URL): a lane is never handed to another loop.
+
+    Thread-safe: each loop runs in one thread and only touches its own inner dict; the outer map
+    from loop (a ``WeakKeyDictionary``: a collected loop takes its lanes with it) to inner dict is
+    guarded by a lock held for a dict operation only. A base URL as given is an alias of its
+    normalized form, so the hot path is one dict lookup.
+    """
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._by_loop: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, dict[str, L]] = (
+            weakref.WeakKeyDictionary()
+        )
+
+    def get(self, base_url: str, make: Callable[[asyncio.AbstractEventLoop, str], L]) -> L:
+        """The running loop's lane for ``base_url``; ``make(loop, normalized_url)`` on first use."""
+        loop = asyncio.get_running_loop()
+        lanes = self._by_loop.get(loop)
+        if lanes is None:
+            with self._lock:
+                lanes = self._by_loop.setdefault(loop, {})
+        lane = lanes.get(base_url)
+        if lane is None:
+            key = normalize_base_url(base_url)
+            lane = lanes.get(key)
+            if lane is None:
+                # No await between the lookup and the store: no other task of this loop interleaves.
+                lane = lanes[key] = make(loop, key)
+            lanes[base_url] = lane
+        return lane
+
+    def snapshot(self) -> dict[str, L]:
+        """The running loop's lanes by normalized base URL (tests and stats)."""
+        loop = asyncio.get_running_loop()
+        with self._lock:
+            lanes = dict(self._by_loop.get(loop, {}))
+        return {url: lane for url, lane in lanes.items() if url == normalize_base_url(url)}
+
+    def release(self) -> tuple[list[L], list[L]]:
+        """Forget the running loop's lanes and those of loops already closed; returns each set once
+        per lane (aliases removed): the running loop's, to close, and the closed loops', whose
+        sockets died with their loop and can only be dropped."""
+        loop = asyncio.get_running_loop()
+        with self._lock:
+            current = self._by_loop.pop(loop, {})
+            stale = [self._by_loop.pop(other) for other in [lp for lp in self._by_loop if lp.is_closed()]]
+        return _unique(current.values()), _unique(lane for lanes in stale for lane in lanes.values())
+
+
+def _unique(lanes: Iterable[L]) -> list[L]:
+    return list({id(lane): lane for lane in lanes}.values())
 
 
 ADMISSION_FACTOR = 2
@@ -213,10 +270,7 @@ class ClientPool:
     ) -> None:
         self._limits = limits
         self._transport = transport
-        self._lock = threading.Lock()
-        self._by_loop: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, dict[str, Lane]] = (
-            weakref.WeakKeyDictionary()
-        )
+        self._lanes: LoopLanes[Lane] = LoopLanes()
 
     def lane(self, base_url: str) -> Lane:
         """The client and admission gate for ``base_url`` on the running loop; created on first use.
@@ -225,21 +279,15 @@ class ClientPool:
         replaced rather than handed out; its gate is kept, so requests already queued in it and
         new ones share one FIFO order and one bound.
         """
-        loop = asyncio.get_running_loop()
-        with self._lock:
-            lanes = self._by_loop.get(loop)
-            if lanes is None:
-                lanes = self._by_loop[loop] = {}
-        key = normalize_base_url(base_url)
-        lane = lanes.get(key)
-        if lane is None:
-            size = self._limits.max_connections
-            gate = asyncio.Semaphore(ADMISSION_FACTOR * size) if size else None
-            # No await between the lookup and the store: no other task of this loop can interleave.
-            lane = lanes[key] = Lane(self._new_client(), gate)
-        elif lane.client.is_closed:
+        lane = self._lanes.get(base_url, self._new_lane)
+        if lane.client.is_closed:
             lane.client = self._new_client()
         return lane
+
+    def _new_lane(self, loop: asyncio.AbstractEventLoop, base_url: str) -> Lane:
+        size = self._limits.max_connections
+        gate = asyncio.Semaphore(ADMISSION_FACTOR * size) if size else None
+        return Lane(self._new_client(), gate)
 
     def get(self, base_url: str) -> httpx2.AsyncClient:
         """The shared client for ``base_url`` on the running loop (see :meth:`lane`).
@@ -260,10 +308,7 @@ class ClientPool:
 
     def clients_for_running_loop(self) -> dict[str, httpx2.AsyncClient]:
         """A snapshot of the running loop's clients by normalized base URL (for tests and stats)."""
-        loop = asyncio.get_running_loop()
-        with self._lock:
-            lanes = dict(self._by_loop.get(loop, {}))
-        return {url: lane.client for url, lane in lanes.items()}
+        return {url: lane.client for url, lane in self._lanes.snapshot().items()}
 
     async def aclose_all(self) -> None:
         """Close every client of the running loop and forget loops that are already closed.
@@ -271,20 +316,16 @@ class ClientPool:
         Clients of a loop that is closed cannot be closed any more (their sockets belong to it);
         dropping them lets the garbage collector reclaim the sockets.
         """
-        loop = asyncio.get_running_loop()
-        with self._lock:
-            lanes = self._by_loop.pop(loop, {})
-            for other in [lp for lp in self._by_loop if lp.is_closed()]:
-                del self._by_loop[other]
-        for lane in lanes.values():
+        lanes, _ = self._lanes.release()
+        for lane in lanes:
             await lane.client.aclose()
 
 
 _DEFAULT_POOL = ClientPool()
 
 HTTP_CLIENT_ENV = "GUARDCACHE_HTTP_CLIENT"
-"""``aiohttp`` or ``httpx2``: the transport of ChatClients built without ``transport``,
-``http_client`` or ``pool``. Default: aiohttp (a core dependency) when it imports, else httpx2."""
+"""``h1``, ``aiohttp`` or ``httpx2``: the transport of ChatClients built without ``transport``,
+``http_client`` or ``pool``. Default: ``h1``, guardcache's own HTTP/1.1 client."""
 
 _default_wire: WirePool | None = None
 _default_lock = threading.Lock()
@@ -338,6 +379,7 @@ __all__ = [
     "HTTP_CLIENT_ENV",
     "ClientPool",
     "Lane",
+    "LoopLanes",
     "WirePool",
     "aclose_all",
     "default_pool",
