@@ -72,6 +72,7 @@ class GuardedStream:
         "_closed",
         "_messages",
         "_params",
+        "_pieces",
         "_queue",
         "_rails",
         "_stream_main",
@@ -96,7 +97,8 @@ class GuardedStream:
         self._messages = list(messages)
         self._params = dict(params or {})
         self._stream_main = stream_main
-        self._queue: asyncio.Queue[str | _End] = asyncio.Queue()
+        self._queue: asyncio.Queue[str | _End] | None = None  # made when iteration starts
+        self._pieces: list[str] | None = None  # complete(): the pieces, kept in the calling task
         self._task: asyncio.Task[None] | None = None
         self._closed = False
         self.blocked: str | None = None
@@ -114,11 +116,13 @@ class GuardedStream:
     async def __anext__(self) -> str:
         if self._closed:
             raise StopAsyncIteration
-        if self._task is None:
+        queue = self._queue
+        if queue is None:
+            queue = self._queue = asyncio.Queue()
             self._task = asyncio.create_task(self._produce())
-        item = await self._queue.get()
+        item = await queue.get()
         if isinstance(item, _End):
-            self._queue.put_nowait(item)  # later calls end the same way
+            queue.put_nowait(item)  # later calls end the same way
             if item.error is not None:
                 raise item.error
             raise StopAsyncIteration
@@ -129,6 +133,8 @@ class GuardedStream:
         a server can send them in one write instead of one per piece."""
         pieces: list[str] = []
         queue = self._queue
+        if queue is None:
+            return ""
         while not queue.empty():
             item = queue.get_nowait()
             if isinstance(item, _End):
@@ -155,18 +161,13 @@ class GuardedStream:
             return await self.text()
         self._closed = True  # nothing is iterated from here on; aclose() has nothing to cancel
         rails = self._rails
+        pieces = self._pieces = []
         with request_scope() as explain:
             self.turn = TurnInfo(explain)
             try:
                 await self._turn()
             finally:
                 rails._last = self.turn
-        queue = self._queue
-        pieces: list[str] = []
-        while not queue.empty():
-            item = queue.get_nowait()
-            if isinstance(item, str):
-                pieces.append(item)
         return "".join(pieces)
 
     async def aclose(self) -> None:
@@ -194,7 +195,11 @@ class GuardedStream:
         if piece:
             if self.first_piece_at is None:
                 self.first_piece_at = time.monotonic()
-            self._queue.put_nowait(piece)
+            if self._pieces is not None:
+                self._pieces.append(piece)
+            else:
+                assert self._queue is not None  # made by __anext__ before the turn's task
+                self._queue.put_nowait(piece)
 
     async def _produce(self) -> None:
         rails = self._rails
@@ -210,6 +215,7 @@ class GuardedStream:
                 error = exc
             finally:
                 rails._last = self.turn
+                assert self._queue is not None
                 self._queue.put_nowait(_End(error))
 
     async def _turn(self) -> None:
@@ -224,19 +230,18 @@ class GuardedStream:
             "history": history(msgs, user_at),
         }
 
-        async def run_inputs() -> list[RailResult]:
-            return await rails._run_group(runtime.input_rails, variables, group_in)
-
         # The main model's stream goes through it (not made for a plain answer: nothing to buffer).
         buffer: asyncio.Queue[str | _End] | None = asyncio.Queue() if self._stream_main else None
         early: asyncio.Task[Any] | None = None
         if group_in.during_main and runtime.input_rails:
             start = self._pump(buffer) if buffer is not None else self._generate()
-            inputs, early = await run_with_early_start(run_inputs, lambda: start)
+            inputs, early = await run_with_early_start(
+                lambda: rails._run_group(runtime.input_rails, variables, group_in), lambda: start
+            )
             if early is None:
                 start.close()  # the coroutine never ran
         else:
-            inputs = await run_inputs()
+            inputs = await rails._run_group(runtime.input_rails, variables, group_in)
         self.turn.checks = CheckResult(tuple(inputs))
         blocker = next((r for r in inputs if not r.allowed), None)
         if blocker is not None:
