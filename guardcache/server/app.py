@@ -34,7 +34,7 @@ from guardcache.rails.llmrails import LLMRails
 from guardcache.server.ids import new_id
 from guardcache.server.metrics import ServerMetrics
 from guardcache.server.protocol import RequestError, error_body
-from guardcache.server.routes import Handlers, json_response, too_large
+from guardcache.server.routes import Handlers, JSONResponse, json_response, too_large
 from guardcache.server.settings import ServeSettings, load_configs
 
 log = logging.getLogger("guardcache.server")
@@ -193,11 +193,7 @@ class OperationsMiddleware:
             request_id = new_id()
         token = REQUEST_ID.set(request_id)
         id_header = (b"x-request-id", request_id.encode())
-
-        async def send_with_id(message: Message) -> None:
-            if message["type"] == "http.response.start":
-                message["headers"] = [*message.get("headers", ()), id_header]
-            await send(message)
+        send_with_id = _adding_header(send, id_header)
 
         try:
             path: str = scope["path"]
@@ -252,13 +248,27 @@ class OperationsMiddleware:
             try:
                 if self.chat is not None and scope["method"] == "POST":
                     response = await self.chat(receive)
-                    await response(scope, receive, send_with_id)
+                    if isinstance(response, JSONResponse):  # a plain answer: no wrapper on send
+                        await response.send(send, id_header)
+                    else:
+                        await response(scope, receive, send_with_id)
                 else:
                     await self.app(scope, receive, send_with_id)
             finally:
                 state.in_flight -= 1
         finally:
             REQUEST_ID.reset(token)
+
+
+def _adding_header(send: Send, header: tuple[bytes, bytes]) -> Send:
+    """``send`` with ``header`` added to the response's headers."""
+
+    async def send_with_header(message: Message) -> None:
+        if message["type"] == "http.response.start":
+            message["headers"] = [*message.get("headers", ()), header]
+        await send(message)
+
+    return send_with_header
 
 
 async def _refuse(send: Send, exc: RequestError, scope: Scope, receive: Receive) -> None:

@@ -74,8 +74,12 @@ class JSONResponse:
         self.headers = headers
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        await self.send(send)
+
+    async def send(self, send: Send, *extra: tuple[bytes, bytes]) -> None:
+        """Write the response, with ``extra`` raw headers (the middleware's request id)."""
         body = self.body
-        raw = [(b"content-type", b"application/json"), (b"content-length", b"%d" % len(body))]
+        raw = [(b"content-type", b"application/json"), (b"content-length", b"%d" % len(body)), *extra]
         if self.headers:
             raw += [(k.lower().encode("latin-1"), v.encode("latin-1")) for k, v in self.headers.items()]
         await send({"type": "http.response.start", "status": self.status_code, "headers": raw})

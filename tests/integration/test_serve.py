@@ -562,6 +562,26 @@ def test_request_ids_are_echoed_and_written_into_the_log(serve: Any, tmp_path: P
     )
 
 
+def test_answers_plain_and_streamed_carry_the_request_id(serve: Any, tmp_path: Path, nims: Any) -> None:
+    main, guard = nims
+    server = serve(write_config(tmp_path / "c", main.base_url, guard.base_url))
+    body = {"messages": [{"role": "user", "content": "hi"}]}
+    plain = httpx.post(f"{server.url}/v1/chat/completions", json=body, headers={"X-Request-Id": "ok-7"})
+    assert plain.status_code == 200 and plain.headers["x-request-id"] == "ok-7"
+    assert plain.json()["choices"][0]["message"]["content"] == "You said: hi"
+    assert [v for k, v in plain.headers.multi_items() if k == "x-request-id"] == ["ok-7"]  # once
+    with httpx.stream(
+        "POST",
+        f"{server.url}/v1/chat/completions",
+        json={**body, "stream": True},
+        headers={"X-Request-Id": "s-8"},
+    ) as streamed:
+        assert streamed.status_code == 200 and streamed.headers["x-request-id"] == "s-8"
+        assert streamed.read().endswith(b"data: [DONE]\n\n")
+    unnamed = httpx.post(f"{server.url}/v1/chat/completions", json=body).headers["x-request-id"]
+    assert re.fullmatch(r"[0-9a-f]{32}", unnamed)
+
+
 def test_over_the_concurrency_limit_requests_get_503_with_retry_after(serve: Any, tmp_path: Path) -> None:
     with emulator(model=MAIN_MODEL, time_scale=20.0) as main, emulator() as guard:
         server = serve(
