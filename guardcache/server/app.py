@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import gc
 import hmac
 import logging
 import re
@@ -276,8 +277,16 @@ async def _refuse(send: Send, exc: RequestError, scope: Scope, receive: Receive)
     await response(scope, receive, send)
 
 
-def create_app(settings: ServeSettings, rails: Mapping[str, LLMRails] | None = None) -> ASGIApp:
-    """The app serving ``settings.config`` (or the given rails, by config id)."""
+def create_app(
+    settings: ServeSettings, rails: Mapping[str, LLMRails] | None = None, *, own_process: bool = False
+) -> ASGIApp:
+    """The app serving ``settings.config`` (or the given rails, by config id).
+
+    ``own_process`` (``guardcache serve`` and its workers): the process is this server's alone, so
+    once started, everything built so far is frozen out of the garbage collector's reach
+    (``gc.freeze()``): the modules, configs and rails live as long as the process, and every full
+    collection under load walked them again. Not for an app mounted in someone else's process.
+    """
     if rails is None:
         rails = {config_id: LLMRails(config) for config_id, config in load_configs(settings.config).items()}
     state = ServerState(settings, rails)
@@ -286,6 +295,9 @@ def create_app(settings: ServeSettings, rails: Mapping[str, LLMRails] | None = N
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
         await state.start()
+        if own_process:
+            gc.collect()
+            gc.freeze()
         log.info(
             "serving %s (configs: %s)",
             settings.config,
@@ -326,7 +338,7 @@ def app_from_env() -> ASGIApp:
     """The uvicorn app factory of worker processes (``--workers N``): settings from the environment."""
     settings = ServeSettings.from_env()
     configure_logging(settings.log_level)
-    return create_app(settings)
+    return create_app(settings, own_process=True)
 
 
 __all__ = [

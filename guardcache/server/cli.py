@@ -101,7 +101,7 @@ def run(args: argparse.Namespace) -> int:
     }
     try:
         if settings.workers == 1:
-            app = create_app(settings)
+            app = create_app(settings, own_process=True)
             uvicorn.run(app, **common)  # type: ignore[arg-type]
             return 0
         settings.api_key()  # fail here, not in every worker
