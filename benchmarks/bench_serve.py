@@ -18,6 +18,8 @@ default before h1), h1 with h11 + asyncio, and httpx2 with h11 + asyncio (the fi
    streamed, and the server process's CPU per request (from /proc): ``1 / CPU per request`` is
    what one worker can serve when it has a core to itself (on this machine the load generator
    and the main emulator take the other core and part of this one). Target: >= 3,000/s per worker.
+   Beside them, the floor (benchmarks/serve_floor.py): uvicorn answering canned JSON, and uvicorn
+   forwarding each request upstream on the h1 client, with nothing else.
 3. **Where the time goes**: client CPU per upstream call (raw httpx2, httpx 0.28 and aiohttp, then
    guardcache's ChatClient and SSE stream on the chosen transport: its own HTTP/1.1 client, h1,
    unless ``GUARDCACHE_HTTP_CLIENT`` names another), measured alone in this process (see also
@@ -154,7 +156,54 @@ def wait_ready(url: str, timeout: float = 60.0) -> None:
 # -- the load generator (a child process) ------------------------------------------------------------
 
 
+async def _lean_load(spec: dict[str, Any]) -> dict[str, Any]:
+    """Plain requests from aiohttp with pre-encoded bodies: ~10x less client CPU per request than
+    the openai client, so the load generator no longer takes the cores the server needs and the
+    server is measured busy, as a worker serving many clients would be."""
+    import aiohttp
+
+    url = f"{spec['base_url']}/chat/completions"
+    bodies = [
+        json.dumps({"model": spec["model"], "messages": [{"role": "user", "content": m}]}).encode()
+        for m in MESSAGES
+    ]
+    headers = {"content-type": "application/json", "authorization": "Bearer bench"}
+    latencies: list[float] = []
+    errors = 0
+    first_error = ""
+    until = time.monotonic() + spec.get("seconds", 3600.0)
+    count = spec.get("count")
+    issued = 0
+
+    async def worker(session: aiohttp.ClientSession) -> None:
+        nonlocal issued, errors, first_error
+        while time.monotonic() < until and (count is None or issued < count):
+            issued += 1
+            started = time.perf_counter()
+            async with session.post(url, data=bodies[issued % len(bodies)], headers=headers) as response:
+                data = await response.read()
+            if response.status != 200 or b'"choices"' not in data:
+                errors += 1
+                first_error = first_error or f"HTTP {response.status}: {data[:160]!r}"
+                continue
+            latencies.append(time.perf_counter() - started)
+
+    cpu0, wall0 = time.process_time(), time.perf_counter()
+    async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0)) as session:
+        await asyncio.gather(*(worker(session) for _ in range(spec["concurrency"])))
+    wall = time.perf_counter() - wall0
+    return {
+        "latencies": latencies,
+        "errors": errors,
+        "first_error": first_error,
+        "wall": wall,
+        "client_cpu": time.process_time() - cpu0,
+    }
+
+
 async def _load(spec: dict[str, Any]) -> dict[str, Any]:
+    if spec["mode"] == "lean":
+        return await _lean_load(spec)
     import openai
 
     client = openai.AsyncOpenAI(base_url=spec["base_url"], api_key="bench", max_retries=0, timeout=60)
@@ -401,6 +450,8 @@ def latency_phase(main_url: str, served: dict[str, str], requests: int) -> None:
     for _ in range(2):  # two interleaved rounds
         for mode in ("plain", "stream"):
             for target, url in targets.items():
+                if mode == "stream" and target.startswith("floor"):
+                    continue  # the floor proxy answers with the upstream's bytes, not a guarded stream
                 got = run_load(url, mode, 1, count=requests)
                 rows.setdefault((mode, target), []).extend(got["latencies"])
                 failures[(mode, target)] = failures.get((mode, target)) or got["first_error"]
@@ -411,14 +462,16 @@ def latency_phase(main_url: str, served: dict[str, str], requests: int) -> None:
         a50 = statistics.median(alone) * 1e3
         print(f"   {mode:<6} p50 main alone {a50:6.2f} ms (p90 {pct(alone, 0.9) * 1e3:.2f} ms)")
         for name in served:
-            got = rows[(mode, name)]
+            got = rows.get((mode, name))
+            if got is None:
+                continue
             if not got:
-                print(f"          {name:<30} every request failed ({failures[(mode, name)]})")
+                print(f"          {name:<42} every request failed ({failures[(mode, name)]})")
                 continue
             s50 = statistics.median(got) * 1e3
             verdict = "PASS" if s50 - a50 <= 1.0 else "MISS"
             print(
-                f"          {name:<30} p50 {s50:6.2f} ms, added {s50 - a50:+.2f} ms "
+                f"          {name:<42} p50 {s50:6.2f} ms, added {s50 - a50:+.2f} ms "
                 f"(target <= 1 ms: {verdict}); p90 {pct(got, 0.9) * 1e3:.2f} ms"
             )
     print(
@@ -453,9 +506,15 @@ def lean_latencies(base_url: str, count: int) -> list[float]:
     return out
 
 
-def throughput_phase(main_url: str, servers: dict[str, tuple[Child, str]], args: argparse.Namespace) -> None:
+def throughput_phase(
+    main_url: str,
+    servers: dict[str, tuple[Child, str]],
+    args: argparse.Namespace,
+    floors: dict[str, tuple[Child, str]] | None = None,
+) -> None:
     print(f"\n2. Throughput through the server (concurrency {args.concurrency}, {args.seconds:g} s/pass)")
-    for mode in ("plain", "stream"):
+    guarded: dict[str, float] = {}
+    for mode in ("plain", "stream", "lean"):
         direct = run_load(main_url, mode, args.concurrency, seconds=args.seconds)
         alone_rate = len(direct["latencies"]) / direct["wall"]
         print(f"   {mode}: main alone {alone_rate:7.0f} req/s")
@@ -469,6 +528,7 @@ def throughput_phase(main_url: str, servers: dict[str, tuple[Child, str]], args:
                 print(f"     {name:<30} every request failed ({got['first_error']})")
                 continue
             per_req = cpu / max(done, 1)
+            guarded.setdefault(mode, per_req)
             base = base if base is not None else per_req
             capacity = 1 / per_req if per_req else float("inf")
             verdict = "PASS" if capacity >= 3000 else "MISS"
@@ -478,6 +538,43 @@ def throughput_phase(main_url: str, servers: dict[str, tuple[Child, str]], args:
                 f"({per_req / base:4.2f}x the first) -> {capacity:6,.0f} req/s per worker with a core "
                 f"to itself (target >= 3,000: {verdict})"
             )
+
+    print(
+        "   (plain, stream: the openai client, ~4 ms of its own CPU per call: requests come a few hundred\n"
+        "   a second and the server wakes up for nearly each one; lean: aiohttp, pre-encoded bodies, the\n"
+        "   server kept busy, as a worker with many clients is)"
+    )
+    if not floors:
+        return
+    print("   the floor under it: uvicorn (httptools + uvloop) with no middleware, rails or metrics")
+    for mode in ("plain", "lean"):
+        for name, (server, url) in floors.items():
+            cpu0 = cpu_seconds(server.proc.pid)
+            got = run_load(url, mode, args.concurrency, seconds=args.seconds)
+            done = len(got["latencies"])
+            if not done:
+                print(f"     {mode:<5} {name:<38} every request failed ({got['first_error']})")
+                continue
+            per_req = (cpu_seconds(server.proc.pid) - cpu0) / done
+            first = guarded.get(mode)
+            above = f"; the first set-up above: {(first - per_req) * 1e6:4.0f} us more" if first else ""
+            print(f"     {mode:<5} {name:<38} server CPU {per_req * 1e6:5.0f} us/request{above}")
+
+
+CANNED_FLOOR = "floor: canned JSON (no upstream call)"
+PROXY_FLOOR = "floor: one upstream call on the h1 client"
+
+
+def start_floors(main_url: str, python: str) -> dict[str, tuple[Child, str]]:
+    """The reference servers of benchmarks/serve_floor.py, started and answering."""
+    floors: dict[str, tuple[Child, str]] = {}
+    script = str(Path(__file__).with_name("serve_floor.py"))
+    for kind, name in (("canned", CANNED_FLOOR), ("proxy", PROXY_FLOOR)):
+        child = Child([python, script, kind, "0", main_url])
+        floors[name] = (child, f"http://127.0.0.1:{child.port()}/v1")
+    for _, url in floors.values():
+        run_load(url, "plain", 4, count=16)  # connections open, code paths warm
+    return floors
 
 
 def profile_phase(config: Path, tmp: str, args: argparse.Namespace) -> None:
@@ -626,6 +723,7 @@ def main() -> int:
         if "1" in args.phases or "2" in args.phases:
             chosen = {name: VARIANTS[name] for name in VARIANTS if not args.variants or name in args.variants}
             servers: dict[str, tuple[Child, str]] = {}
+            floors: dict[str, tuple[Child, str]] = {}
             try:
                 for name, (extra_args, env) in chosen.items():
                     cmd = [args.server_python, "-m", "guardcache", "serve", "--config", str(config)]
@@ -635,17 +733,18 @@ def main() -> int:
                     wait_ready(f"http://127.0.0.1:{port}/health/ready")
                     # every check cached from here on
                     run_load(servers[name][1], "plain", 4, count=len(MESSAGES) * 4)
+                floors = start_floors(main_url, args.server_python)
                 guard_calls = guard_emu.stats().requests_by_endpoint.get("chat.completions", 0)
                 if "1" in args.phases:
-                    latency_phase(
-                        main_url, {n: url for n, (_, url) in servers.items()}, args.latency_requests
-                    )
+                    proxy = {n: url for n, (_, url) in floors.items() if n == PROXY_FLOOR}
+                    served = {n: url for n, (_, url) in servers.items()}
+                    latency_phase(main_url, {**served, **proxy}, args.latency_requests)
                 if "2" in args.phases:
-                    throughput_phase(main_url, servers, args)
+                    throughput_phase(main_url, servers, args, floors)
                 extra = guard_emu.stats().requests_by_endpoint.get("chat.completions", 0) - guard_calls
                 print(f"   guard backend calls during the measured passes: {extra} (100% hits: 0 expected)")
             finally:
-                for server, _ in servers.values():
+                for server, _ in [*servers.values(), *floors.values()]:
                     server.stop()
         if "3" in args.phases:
             print("\n3. Client CPU per upstream call (this process, sequential, to the main emulator)")
