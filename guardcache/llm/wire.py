@@ -31,7 +31,7 @@ try:  # faster than json for request and response bodies; installed with the ``s
         """A request body as compact UTF-8 JSON."""
         return orjson.dumps(body)
 
-    def loads_body(data: bytes) -> Any:
+    def loads_body(data: bytes | str) -> Any:
         """A response body's JSON; ``ValueError`` when it is not JSON."""
         return orjson.loads(data)
 
@@ -41,7 +41,7 @@ except ImportError:  # pragma: no cover - depends on the environment
         """A request body as compact UTF-8 JSON."""
         return json.dumps(body, ensure_ascii=False, separators=(",", ":")).encode()
 
-    def loads_body(data: bytes) -> Any:
+    def loads_body(data: bytes | str) -> Any:
         """A response body's JSON; ``ValueError`` when it is not JSON."""
         return json.loads(data)
 

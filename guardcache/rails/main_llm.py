@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import asyncio
 import functools
-import json
 import time
 from collections.abc import AsyncIterator, Mapping, Sequence
 from typing import Any, Protocol
@@ -25,7 +24,7 @@ from guardcache.errors import BackendError, BackendProtocolError, BackendTimeout
 from guardcache.llm.client import ChatClient
 from guardcache.llm.response import parse_usage
 from guardcache.llm.types import ChatResult, Usage
-from guardcache.llm.wire import WireError
+from guardcache.llm.wire import WireError, loads_body
 
 
 class StreamTotals:
@@ -128,7 +127,7 @@ async def _read_events(
     client: ChatClient, lines: AsyncIterator[str], totals: StreamTotals
 ) -> AsyncIterator[str]:
     done = False
-    loads = json.loads
+    loads = loads_body  # orjson when installed: each event is one decode
     async for line in lines:
         if not line.startswith("data:"):
             continue  # blank separators, ": keep-alive" comments, "event:" fields
