@@ -70,6 +70,7 @@ class GuardedStream:
 
     __slots__ = (
         "_closed",
+        "_ended",
         "_messages",
         "_params",
         "_pieces",
@@ -101,6 +102,7 @@ class GuardedStream:
         self._pieces: list[str] | None = None  # complete(): the pieces, kept in the calling task
         self._task: asyncio.Task[None] | None = None
         self._closed = False
+        self._ended = False  # the turn is over without an error: only the end is left to read
         self.blocked: str | None = None
         self.rail: str | None = None
         self.turn = TurnInfo()
@@ -186,6 +188,13 @@ class GuardedStream:
         await self.aclose()
 
     @property
+    def ended(self) -> bool:
+        """Whether everything was read but the end, which is not an error: the turn is over and the
+        next step of the iteration is ``StopAsyncIteration``. A server can then write the last
+        events together with the text it has."""
+        return self._ended and self._queue is not None and self._queue.qsize() == 1
+
+    @property
     def allowed(self) -> bool:
         return self.blocked is None
 
@@ -216,6 +225,7 @@ class GuardedStream:
             finally:
                 rails._last = self.turn
                 assert self._queue is not None
+                self._ended = error is None
                 self._queue.put_nowait(_End(error))
 
     async def _turn(self) -> None:

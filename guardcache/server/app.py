@@ -35,7 +35,8 @@ from guardcache.rails.llmrails import LLMRails
 from guardcache.server.ids import new_id
 from guardcache.server.metrics import ServerMetrics
 from guardcache.server.protocol import RequestError, error_body
-from guardcache.server.routes import Handlers, JSONResponse, json_response, too_large
+from guardcache.server.responses import EventStream, JSONResponse
+from guardcache.server.routes import Handlers, json_response, too_large
 from guardcache.server.settings import ServeSettings, load_configs
 
 log = logging.getLogger("guardcache.server")
@@ -249,8 +250,8 @@ class OperationsMiddleware:
             try:
                 if self.chat is not None and scope["method"] == "POST":
                     response = await self.chat(receive)
-                    if isinstance(response, JSONResponse):  # a plain answer: no wrapper on send
-                        await response.send(send, id_header)
+                    if isinstance(response, JSONResponse | EventStream):  # no wrapper on send
+                        await response.write(send, receive, id_header)
                     else:
                         await response(scope, receive, send_with_id)
                 else:

@@ -13,7 +13,6 @@
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 import time
 from collections.abc import AsyncIterator, Mapping
@@ -22,8 +21,8 @@ from urllib.parse import urlsplit
 
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from starlette.requests import ClientDisconnect, Request
-from starlette.responses import Response, StreamingResponse
-from starlette.types import ASGIApp, Receive, Scope, Send
+from starlette.responses import Response
+from starlette.types import ASGIApp, Receive
 
 from guardcache.errors import BackendError, BackendTimeoutError
 from guardcache.rails.streaming import GuardedStream
@@ -35,6 +34,7 @@ from guardcache.server.protocol import (
     parse_chat,
     parse_json,
 )
+from guardcache.server.responses import EventStream, JSONResponse, LastEvent
 from guardcache.server.streaming import DONE, ChunkWriter, error_event
 
 if TYPE_CHECKING:
@@ -44,46 +44,6 @@ log = logging.getLogger("guardcache.server")
 
 PROBE_TTL = 1.0
 PROBE_TIMEOUT = 0.5
-
-
-try:  # the server extra installs it: ~5x faster than json for a completion body
-    import orjson
-
-    def _dumps(body: Any) -> bytes:
-        return orjson.dumps(body)
-
-except ImportError:  # pragma: no cover - depends on the environment
-
-    def _dumps(body: Any) -> bytes:
-        return json.dumps(body, ensure_ascii=False, separators=(",", ":")).encode()
-
-
-class JSONResponse:
-    """Compact UTF-8 JSON sent straight over ASGI (any ASGI callable is a Starlette response).
-
-    Why not Starlette's ``Response``: it builds and checks its header list per instance (and the
-    chat route wrapped each request in a ``Request``): a few percent of the server's CPU per
-    request at 100% hits, for a body and three headers this class writes as they are.
-    """
-
-    __slots__ = ("body", "headers", "status_code")
-
-    def __init__(self, body: Any, status: int = 200, headers: Mapping[str, str] | None = None) -> None:
-        self.body = _dumps(body)
-        self.status_code = status
-        self.headers = headers
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        await self.send(send)
-
-    async def send(self, send: Send, *extra: tuple[bytes, bytes]) -> None:
-        """Write the response, with ``extra`` raw headers (the middleware's request id)."""
-        body = self.body
-        raw = [(b"content-type", b"application/json"), (b"content-length", b"%d" % len(body)), *extra]
-        if self.headers:
-            raw += [(k.lower().encode("latin-1"), v.encode("latin-1")) for k, v in self.headers.items()]
-        await send({"type": "http.response.start", "status": self.status_code, "headers": raw})
-        await send({"type": "http.response.body", "body": body})
 
 
 def json_response(body: Any, status: int = 200, headers: Mapping[str, str] | None = None) -> JSONResponse:
@@ -144,11 +104,8 @@ class Handlers:
             await stream.aclose()
             return self._failed(config_id, exc, started, "stream")
         headers = {"X-Guardcache-Blocked": stream.blocked} if stream.blocked else None
-        return StreamingResponse(
-            self._events(config_id, model, stream, first, chat.include_usage, started),
-            media_type="text/event-stream",
-            headers={**(headers or {}), "Cache-Control": "no-cache"},
-        )
+        events = self._events(config_id, model, stream, first, chat.include_usage, started)
+        return EventStream(events, headers)
 
     async def _events(
         self,
@@ -162,8 +119,15 @@ class Handlers:
         writer = ChunkWriter(completion_id(), model)
         outcome: str | None = None
         try:
-            # Pieces that are already there go out in one event (one write, one syscall).
-            yield writer.content((first or "") + stream.ready(), first=True)
+            # Pieces that are already there go out in one event (one write, one syscall); an answer
+            # that is already whole (checked whole, or blocked) goes out with its end in one write.
+            text = (first or "") + stream.ready()
+            if stream.ended:
+                tail = self._tail(writer, stream, config_id, include_usage)
+                outcome = _outcome(stream)
+                yield LastEvent(writer.content(text, first=True) + tail)
+                return
+            yield writer.content(text, first=True)
             try:
                 async for piece in stream:
                     yield writer.content(piece + stream.ready())
@@ -171,19 +135,17 @@ class Handlers:
                 outcome = "main_error"
                 self.state.metrics.main_error(config_id, type(exc).__name__)
                 log.warning("main model failed mid-stream (%s): %s", type(exc).__name__, exc)
-                yield error_event(
-                    f"The main model failed mid-stream ({type(exc).__name__}); the answer is incomplete.",
-                    "upstream_error",
-                    "main_model_failed",
-                )
-                yield DONE
+                kind = type(exc).__name__
+                message = f"The main model failed mid-stream ({kind}); the answer is incomplete."
+                yield LastEvent(error_event(message, "upstream_error", "main_model_failed") + DONE)
                 return
-            tail = writer.final(stream.finish_reason or "stop", _extension(stream, config_id))
-            yield tail + writer.usage(stream.usage) + DONE if include_usage else tail + DONE
+            tail = self._tail(writer, stream, config_id, include_usage)
+            outcome = _outcome(stream)
+            yield LastEvent(tail)
         finally:
             await stream.aclose()
-            if outcome is None:
-                outcome = _outcome(stream)
+            if outcome is None:  # closed before its end: the client left (or the server stopped)
+                outcome = "client_left"
             first_at = stream.first_piece_at
             self.state.metrics.observe_turn(
                 config_id,
@@ -193,6 +155,12 @@ class Handlers:
                 seconds=time.monotonic() - started,
                 first_piece=first_at - started if first_at is not None else None,
             )
+
+    @staticmethod
+    def _tail(writer: ChunkWriter, stream: GuardedStream, config_id: str, include_usage: bool) -> bytes:
+        """The last events: the finish reason with guardcache's extension, usage if asked, [DONE]."""
+        tail = writer.final(stream.finish_reason or "stop", _extension(stream, config_id))
+        return tail + writer.usage(stream.usage) + DONE if include_usage else tail + DONE
 
     def _observe(self, config_id: str, stream: GuardedStream, started: float, mode: str) -> None:
         self.state.metrics.observe_turn(

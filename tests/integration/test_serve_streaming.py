@@ -23,6 +23,7 @@ from tests.integration.test_serve import (
     sample,
     write_config,
 )
+from tests.integration.test_speculation import until
 
 serve = support.serve  # the fixture
 
@@ -249,3 +250,35 @@ async def test_stream_async_in_python_with_a_langchain_main_model_and_closing_ea
         assert [piece async for piece in stream] == []
         assert rails.explain() is stream.turn
         await rails.aclose()
+
+
+async def test_a_client_that_leaves_mid_stream_cancels_the_turn_and_its_main_call(
+    serve: Any, tmp_path: Path
+) -> None:
+    # A long answer streamed window by window; the client reads the first piece and hangs up.
+    with emulator(model=MAIN_MODEL, time_scale=6.0) as main, emulator() as guard:
+        config = write_config(
+            tmp_path / "w",
+            main.base_url,
+            guard.base_url,
+            streaming=windows(chunk=2, context=1),
+            main_params="max_tokens: 200",
+        )
+        server = serve(config)
+        body = {"messages": [{"role": "user", "content": SAFE}], "stream": True}
+        url = f"{server.url}/v1/chat/completions"
+        async with httpx.AsyncClient(timeout=30) as client, client.stream("POST", url, json=body) as response:
+            assert response.status_code == 200
+            first = await anext(response.aiter_bytes())
+            assert first.startswith(b"data: ")
+        # leaving the block closed the connection before the answer ended
+        await until(lambda: main.stats().abandoned_requests == 1, within=15)
+        stats = main.stats()  # the main call was cancelled long before its 200 tokens
+        assert stats.abandoned_requests == 1 and stats.abandoned_completion_tokens < 100
+        metrics = server.metrics()
+        assert sample(metrics, "guardcache_requests_in_flight") == 0
+        assert sample(metrics, "guardcache_turn_seconds_count", mode="stream", outcome="client_left") == 1
+        # the server goes on serving
+        pieces, final = await stream_text(server, "Tell me about bread")
+        assert "".join(pieces).startswith("You said: Tell me about bread") and final.choices[0].finish_reason
+        assert "Traceback" not in server.log()
