@@ -31,7 +31,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import AsyncIterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
@@ -240,10 +240,11 @@ class GuardedStream:
             "history": history(msgs, user_at),
         }
 
-        # The main model's stream goes through it (not made for a plain answer: nothing to buffer).
-        buffer: asyncio.Queue[str | _End] | None = asyncio.Queue() if self._stream_main else None
+        # An early main model's stream is buffered here until the verdict (a plain answer needs none).
+        buffer: asyncio.Queue[str | _End] | None = None
         early: asyncio.Task[Any] | None = None
         if group_in.during_main and runtime.input_rails:
+            buffer = asyncio.Queue() if self._stream_main else None
             start = self._pump(buffer) if buffer is not None else self._generate()
             inputs, early = await run_with_early_start(
                 lambda: rails._run_group(runtime.input_rails, variables, group_in), lambda: start
@@ -266,7 +267,20 @@ class GuardedStream:
             await self._check_whole(content, variables, inputs, outputs)
             return
 
-        assert buffer is not None  # a streamed main model from here on
+        if early is None and not (runtime.output_rails and group_out.streaming.enabled):
+            # Nothing runs beside the stream: read it in this task (no pump task, no buffer).
+            if not runtime.output_rails:
+                await self._stream(self._send)
+            else:
+                pieces: list[str] = []
+                await self._stream(pieces.append)
+                await self._check_whole("".join(pieces), variables, inputs, outputs)
+            if self.blocked is None:
+                self.turn.checks = CheckResult(tuple(inputs), tuple(outputs))
+            return
+
+        if buffer is None:
+            buffer = asyncio.Queue()
         pump = early if early is not None else asyncio.create_task(self._pump(buffer))
         try:
             if not runtime.output_rails:
@@ -372,20 +386,29 @@ class GuardedStream:
         return content
 
     async def _pump(self, buffer: asyncio.Queue[str | _End]) -> None:
-        """Stream the main model into ``buffer`` (ends with an ``_End``); records the call."""
+        """Stream the main model into ``buffer`` (ends with an ``_End``), for a reader in another
+        task (output windows checked while the model goes on, or a stream started early)."""
+        try:
+            await self._stream(buffer.put_nowait)
+        except asyncio.CancelledError:
+            buffer.put_nowait(_End(None))
+            raise
+        except BaseException as exc:
+            buffer.put_nowait(_End(exc))
+            raise
+        buffer.put_nowait(_End(None))
+
+    async def _stream(self, each: Callable[[str], object]) -> None:
+        """Stream the main model, handing each delta to ``each``; records the call."""
         main = self._rails._main
         assert main is not None
         totals = StreamTotals()
         started = time.monotonic()
         try:
             async for delta in main.stream(self._messages, totals, **self._params):
-                buffer.put_nowait(delta)
+                each(delta)
         except asyncio.CancelledError:
             _record_cancelled(started)
-            buffer.put_nowait(_End(None))
-            raise
-        except BaseException as exc:
-            buffer.put_nowait(_End(exc))
             raise
         usage = totals.usage or Usage(model=getattr(main, "model_name", None))
         record_call(
@@ -394,7 +417,6 @@ class GuardedStream:
         self.usage = totals.usage
         if self.blocked is None:
             self.finish_reason = totals.finish_reason or "stop"
-        buffer.put_nowait(_End(None))
 
 
 async def _drain(buffer: asyncio.Queue[str | _End]) -> AsyncIterator[str]:
