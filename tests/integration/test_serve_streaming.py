@@ -5,13 +5,16 @@ streams are open."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
 
+from guardcache.emulator import ThreadedEmulator
 from guardcache.rails import REFUSAL
 from tests.integration import test_serve as support
 from tests.integration.test_serve import (
@@ -38,6 +41,23 @@ def windows(chunk: int = 4, context: int = 2, first: bool = False) -> str:
         f", streaming: {{enabled: true, chunk_size: {chunk}, context_size: {context}, "
         f"stream_first: {str(first).lower()}}}"
     )
+
+
+@contextlib.contextmanager
+def slow_windowed_server(
+    serve: Any, tmp_path: Path, *, max_tokens: int
+) -> Iterator[tuple[ServeProcess, ThreadedEmulator]]:
+    """A server whose main model streams at 6x its calibrated latency (~34 ms a token), the answer
+    checked in windows of two tokens; yields it and the main model's emulator."""
+    with emulator(model=MAIN_MODEL, time_scale=6.0) as main, emulator() as guard:
+        config = write_config(
+            tmp_path / "w",
+            main.base_url,
+            guard.base_url,
+            streaming=windows(chunk=2, context=1),
+            main_params=f"max_tokens: {max_tokens}",
+        )
+        yield serve(config), main
 
 
 async def stream_text(server: ServeProcess, text: str, **kw: Any) -> tuple[list[str], Any]:
@@ -176,15 +196,7 @@ async def test_shutdown_while_50_streams_are_open_lets_every_stream_finish(
     serve: Any, tmp_path: Path
 ) -> None:
     # Each answer streams for about a second and a half; SIGTERM arrives once all 50 have started.
-    with emulator(model=MAIN_MODEL, time_scale=6.0) as main, emulator() as guard:
-        config = write_config(
-            tmp_path / "w",
-            main.base_url,
-            guard.base_url,
-            streaming=windows(chunk=2, context=1),
-            main_params="max_tokens: 48",
-        )
-        server = serve(config)
+    with slow_windowed_server(serve, tmp_path, max_tokens=48) as (server, _):
         started = asyncio.Event()
         first_chunks = 0
 
@@ -256,15 +268,7 @@ async def test_a_client_that_leaves_mid_stream_cancels_the_turn_and_its_main_cal
     serve: Any, tmp_path: Path
 ) -> None:
     # A long answer streamed window by window; the client reads the first piece and hangs up.
-    with emulator(model=MAIN_MODEL, time_scale=6.0) as main, emulator() as guard:
-        config = write_config(
-            tmp_path / "w",
-            main.base_url,
-            guard.base_url,
-            streaming=windows(chunk=2, context=1),
-            main_params="max_tokens: 200",
-        )
-        server = serve(config)
+    with slow_windowed_server(serve, tmp_path, max_tokens=200) as (server, main):
         body = {"messages": [{"role": "user", "content": SAFE}], "stream": True}
         url = f"{server.url}/v1/chat/completions"
         async with httpx.AsyncClient(timeout=30) as client, client.stream("POST", url, json=body) as response:
