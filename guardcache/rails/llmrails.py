@@ -339,7 +339,7 @@ class LLMRails:
         prompt: str | Sequence[Any] | None = None,
         messages: Sequence[Any] | None = None,
         *,
-        stream_main: bool = True,
+        stream_main: bool | None = True,
         **params: Any,
     ) -> GuardedStream:
         """One guarded turn with its reply streamed, as NeMo's ``stream_async``: ``async for chunk
@@ -350,7 +350,10 @@ class LLMRails:
         ``params`` (``temperature``, ``max_tokens``...) override the main model's for this turn.
         The returned :class:`GuardedStream` says, once iterated, whether and where the turn was
         blocked (``blocked``, ``rail``) and holds its record (``turn``, as ``explain()``).
-        ``stream_main=False`` calls the main model without streaming (one piece).
+        ``stream_main=False`` calls the main model without streaming (one piece); ``None`` streams
+        it only when a piece can reach the user before the answer ends (no output rails, or output
+        windows): an answer the output rails check whole is sent in one piece after its check either
+        way, and a plain call spares reading it event by event (what ``guardcache serve`` does).
         """
         msgs, _ = self._turn_input(prompt, messages)
         if last_index(msgs, "user") is None:
@@ -360,6 +363,8 @@ class LLMRails:
                 f"{self.config.source or '<config>'}: no main model: add a model with type: main, "
                 "pass llm= to LLMRails, or use check_async() to run only the rails"
             )
+        if stream_main is None:
+            stream_main = not self._runtime.output_rails or self.config.rails.output.streaming.enabled
         return GuardedStream(self, msgs, params, stream_main=stream_main)
 
 

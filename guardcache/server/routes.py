@@ -79,7 +79,9 @@ class Handlers:
             return error_response(exc)
         rails = state.rails[config_id]
         model = state.main_models[config_id]
-        stream = rails.stream_async(messages=chat.messages, stream_main=chat.stream, **chat.params)
+        # A stream reads the main model's stream only when its pieces can go out before the end.
+        main_streams = None if chat.stream else False
+        stream = rails.stream_async(messages=chat.messages, stream_main=main_streams, **chat.params)
         if not chat.stream:
             # The whole turn in this task (no producer task, no queue): see GuardedStream.complete.
             try:

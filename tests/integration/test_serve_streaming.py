@@ -286,3 +286,42 @@ async def test_a_client_that_leaves_mid_stream_cancels_the_turn_and_its_main_cal
         pieces, final = await stream_text(server, "Tell me about bread")
         assert "".join(pieces).startswith("You said: Tell me about bread") and final.choices[0].finish_reason
         assert "Traceback" not in server.log()
+
+
+@pytest.mark.parametrize(
+    ("outputs", "streaming", "streamed"),
+    [(True, "", False), (True, windows(chunk=5), True), (False, "", True)],
+    ids=["checked-whole", "windows", "no-output-rails"],
+)
+async def test_stream_main_none_streams_the_main_model_only_when_pieces_can_go_out_early(
+    tmp_path: Path, outputs: bool, streaming: str, streamed: bool
+) -> None:
+    from langchain_core.messages import AIMessageChunk
+    from langchain_core.outputs import ChatGenerationChunk
+
+    from guardcache import LLMRails, RailsConfig
+    from guardcache.testing import EchoChatModel
+
+    calls: dict[str, int] = {}
+
+    class Counting(EchoChatModel):
+        async def _agenerate(self, messages: Any, *args: Any, **kw: Any) -> Any:
+            calls["generate"] = calls.get("generate", 0) + 1
+            return await super()._agenerate(messages, *args, **kw)
+
+        async def _astream(self, messages: Any, *args: Any, **kw: Any) -> Any:
+            calls["stream"] = calls.get("stream", 0) + 1
+            for word in self.reply_to(str(messages[-1].content)).split(" "):
+                yield ChatGenerationChunk(message=AIMessageChunk(content=word + " "))
+
+    with emulator() as guard:
+        folder = write_config(
+            tmp_path / "w", "http://127.0.0.1:9/v1", guard.base_url, outputs=outputs, streaming=streaming
+        )
+        rails = LLMRails(RailsConfig.from_path(folder), llm=Counting(prefix="You said: "))
+        asked = [{"role": "user", "content": "bake some bread"}]
+        stream = rails.stream_async(messages=asked, stream_main=None)
+        text = "".join([piece async for piece in stream])
+        assert text.startswith("You said: bake some bread") and stream.allowed
+        assert calls == ({"stream": 1} if streamed else {"generate": 1})
+        await rails.aclose()
