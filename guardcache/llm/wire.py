@@ -27,8 +27,8 @@ import httpx2
 try:  # faster than json for request and response bodies; installed with the ``server`` extra
     import orjson
 
-    def dumps_body(body: Mapping[str, Any]) -> bytes:
-        """A request body as compact UTF-8 JSON."""
+    def dumps_body(body: Any) -> bytes:
+        """A body (a request's, or ``guardcache serve``'s answer) as compact UTF-8 JSON."""
         return orjson.dumps(body)
 
     def loads_body(data: bytes | str) -> Any:
@@ -37,8 +37,8 @@ try:  # faster than json for request and response bodies; installed with the ``s
 
 except ImportError:  # pragma: no cover - depends on the environment
 
-    def dumps_body(body: Mapping[str, Any]) -> bytes:
-        """A request body as compact UTF-8 JSON."""
+    def dumps_body(body: Any) -> bytes:
+        """A body (a request's, or ``guardcache serve``'s answer) as compact UTF-8 JSON."""
         return json.dumps(body, ensure_ascii=False, separators=(",", ":")).encode()
 
     def loads_body(data: bytes | str) -> Any:

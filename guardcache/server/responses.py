@@ -10,23 +10,12 @@ repr when it cancels it. Here a stream watches for the disconnect with one plain
 from __future__ import annotations
 
 import asyncio
-import json
 from collections.abc import AsyncIterator, Mapping
 from typing import Any
 
 from starlette.types import Message, Receive, Scope, Send
 
-try:  # the server extra installs it: ~5x faster than json for a completion body
-    import orjson
-
-    def dumps(body: Any) -> bytes:
-        return orjson.dumps(body)
-
-except ImportError:  # pragma: no cover - depends on the environment
-
-    def dumps(body: Any) -> bytes:
-        return json.dumps(body, ensure_ascii=False, separators=(",", ":")).encode()
-
+from guardcache.llm.wire import dumps_body
 
 RawHeader = tuple[bytes, bytes]
 _EVENT_STREAM = (b"content-type", b"text/event-stream; charset=utf-8")
@@ -39,13 +28,13 @@ def _raw(headers: Mapping[str, str] | None) -> list[RawHeader]:
 
 
 class JSONResponse:
-    """Compact UTF-8 JSON (the same bytes with or without orjson); any ASGI callable is a Starlette
-    response, so other routes return it too."""
+    """Compact UTF-8 JSON (``dumps_body``: orjson when installed, the same bytes without it); any
+    ASGI callable is a Starlette response, so other routes return it too."""
 
     __slots__ = ("body", "headers", "status_code")
 
     def __init__(self, body: Any, status: int = 200, headers: Mapping[str, str] | None = None) -> None:
-        self.body = dumps(body)
+        self.body = dumps_body(body)
         self.status_code = status
         self.headers = headers
 
@@ -127,4 +116,4 @@ async def _disconnect(receive: Receive) -> Message:
             return message
 
 
-__all__ = ["EventStream", "JSONResponse", "LastEvent", "dumps"]
+__all__ = ["EventStream", "JSONResponse", "LastEvent"]
