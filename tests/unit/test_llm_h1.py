@@ -331,6 +331,16 @@ def sse_body(pieces: Sequence[str]) -> bytes:
 
 
 SSE_HEADERS = (("Content-Type", "text/event-stream"), ("Cache-Control", "no-cache"))
+
+
+async def first_event_then_wait(conn: Conn, request: Request) -> None:
+    """Sends a stream's head and its first event, then nothing until the client closes."""
+    first = sse_body(["first"]).split(b"\n\n")[0] + b"\n\n"
+    head = b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n"
+    await conn.write(head + b"%x\r\n%s\r\n" % (len(first), first))
+    await conn.wait_eof(10.0)
+
+
 PIECES = ["Hel", "lo", ", wör", "ld ", "😀", " ✓", "!"]
 
 
@@ -699,14 +709,7 @@ async def test_connection_reused_after_a_stream_sent_in_one_write(serve: ServerF
 
 
 async def test_abandoned_stream_closes_its_connection(serve: ServerFactory, pool: H1Pool) -> None:
-    first = sse_body(["first"]).split(b"\n\n")[0] + b"\n\n"
-    head = b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n"
-
-    async def first_then_wait(conn: Conn, request: Request) -> None:
-        await conn.write(head + b"%x\r\n%s\r\n" % (len(first), first))
-        await conn.wait_eof(10.0)
-
-    server = await serve([first_then_wait, answer("B")])
+    server = await serve([first_event_then_wait, answer("B")])
     client = make_client(server, pool)
     stream = ClientLLM(client).stream(ask("long"), StreamTotals())
     assert isinstance(stream, AsyncGenerator)
@@ -730,14 +733,7 @@ async def test_gzip_encoded_sse_stream_is_decoded(serve: ServerFactory, pool: H1
 
 
 async def test_stream_stalling_after_its_head_is_a_read_timeout(serve: ServerFactory, pool: H1Pool) -> None:
-    first = sse_body(["first"]).split(b"\n\n")[0] + b"\n\n"
-    head = b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n"
-
-    async def first_then_stall(conn: Conn, request: Request) -> None:
-        await conn.write(head + b"%x\r\n%s\r\n" % (len(first), first))
-        await conn.wait_eof(10.0)
-
-    server = await serve(first_then_stall)
+    server = await serve(first_event_then_wait)
     timeout = httpx2.Timeout(connect=1.0, read=0.3, write=1.0, pool=None)
     client = make_client(server, pool, timeout=timeout, deadline_s=5.0)
     pieces: list[str] = []
