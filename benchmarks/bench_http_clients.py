@@ -16,7 +16,7 @@ Candidates:
   (``session.post(data=..)``, ``read()`` + ``json.loads``), when installed;
 - guardcache's own client, ``ChatClient.complete`` (deadline, retries, admission gate, typed errors,
   answer parsing) on each of its transports (``pool=ClientPool()`` for httpx2, ``H1Pool()`` for
-  guardcache's own HTTP/1.1 client on httptools, the default, and ``AiohttpPool()``), and the
+  guardcache's own HTTP/1.1 client on httptools, the default), and the
   built-in main model's ``ClientLLM.stream`` (SSE) on each.
 
     python benchmarks/bench_http_clients.py            # ~1 min
@@ -190,17 +190,13 @@ async def candidates(url: str) -> tuple[dict[str, Call], list[Callable[[], Await
 
     from guardcache.llm import pool as pools
     from guardcache.llm.client import ChatClient
-    from guardcache.rails.main_llm import ClientLLM, StreamTotals
+    from guardcache.llm.stream import StreamTotals
+    from guardcache.rails.main_llm import ClientLLM
 
     base = url.rsplit("/chat/completions", 1)[0]
     from guardcache.llm.h1_pool import H1Pool
 
     transports: list[tuple[str, Any]] = [("httpx2", pools.ClientPool()), ("h1", H1Pool())]
-    if importlib.util.find_spec("aiohttp") is not None:
-        with contextlib.suppress(ImportError):
-            from guardcache.llm.aiohttp_pool import AiohttpPool
-
-            transports.append(("aiohttp", AiohttpPool()))
     messages = BODY["messages"]
     for label, pool in transports:
         client = ChatClient(base, model=MODEL, pool=pool)

@@ -329,7 +329,7 @@ async def _client_cpu(url: str, n: int) -> dict[str, float | str]:
     from guardcache.llm.pool import default_pool
 
     client = ChatClient(url.rsplit("/chat/completions", 1)[0], model=MAIN_MODEL)
-    chosen = {"AiohttpPool": "aiohttp", "H1Pool": "h1"}.get(type(default_pool()).__name__, "httpx2")
+    chosen = {"H1Pool": "h1"}.get(type(default_pool()).__name__, "httpx2")
     msgs = [{"role": "user", "content": "hello"}]
     for _ in range(50):
         await client.complete(msgs, max_tokens=16)
@@ -433,22 +433,14 @@ def summarize_profile(path: str, requests: int) -> str:
 # -- the benchmark ------------------------------------------------------------------------------------
 
 
-CLIENT_ENV = "GUARDCACHE_HTTP_CLIENT"
-VARIANTS = {
+VARIANTS: dict[str, tuple[list[str], dict[str, str]]] = {
     # name: (serve arguments, environment)
-    "h1 + httptools/uvloop": (["--http", "httptools", "--loop", "uvloop"], {"GUARDCACHE_HTTP_CLIENT": "h1"}),
-    "aiohttp + httptools/uvloop": (
-        ["--http", "httptools", "--loop", "uvloop"],
-        {"GUARDCACHE_HTTP_CLIENT": "aiohttp"},
-    ),
-    "h1 + h11/asyncio": (["--http", "h11", "--loop", "asyncio"], {"GUARDCACHE_HTTP_CLIENT": "h1"}),
-    "httpx2 + h11/asyncio (before)": (
-        ["--http", "h11", "--loop", "asyncio"],
-        {"GUARDCACHE_HTTP_CLIENT": "httpx2"},
-    ),
+    "h1 + httptools/uvloop": (["--http", "httptools", "--loop", "uvloop"], {}),
+    "h1 + h11/asyncio": (["--http", "h11", "--loop", "asyncio"], {}),
 }
-"""Server set-ups compared side by side: the upstream client (``GUARDCACHE_HTTP_CLIENT``) and
-uvicorn's HTTP parser and event loop. The first is what ``pip install guardcache[server]`` runs."""
+"""Server set-ups compared side by side: uvicorn's HTTP parser and event loop (the upstream client
+is guardcache's own h1, the one network transport). The first is what ``pip install
+guardcache[server]`` runs."""
 
 
 def latency_phase(main_url: str, served: dict[str, str], requests: int) -> None:

@@ -57,16 +57,55 @@ class BackendInputRejectedError(BackendStatusError, InputRejectedError):
     """The backend refused the request because of its content (HTTP 400/413/422): an unsafe input."""
 
 
+class BackendDeclinedError(BackendError, InputRejectedError):
+    """The guard model answered but declined to judge: ``content: null`` with a ``refusal``,
+    ``finish_reason: "content_filter"``, or no text at all.
+
+    The user's text caused that answer (a provider's filter, a safety-tuned model refusing to
+    repeat it), so it is no verdict and no outage: the rail blocks whatever ``on_error`` says, and
+    nothing is cached.
+    """
+
+
+class BackendMisconfiguredError(BackendError):
+    """The backend can never answer as configured: a redirect (3xx: guardcache follows none, so
+    the API key never reaches another host), 401/403 (the key), 404 (base_url or model name), or a
+    TLS certificate that does not verify.
+
+    A class of its own, beside outages: a guard that can never answer must not become no guard, so
+    the rail blocks whatever ``on_error`` says, and logs it at ERROR (rate-limited). Never retried.
+    """
+
+
+class BackendRefusedConfigError(BackendStatusError, BackendMisconfiguredError):
+    """A 3xx, 401, 403 or 404 answer (``.status``): see :class:`BackendMisconfiguredError`."""
+
+
+class BackendTLSError(BackendConnectionError, BackendMisconfiguredError):
+    """The server's TLS certificate did not verify (wrong CA, name or date): see
+    :class:`BackendMisconfiguredError`; ``SSL_CERT_FILE`` names a private CA."""
+
+
+class BackendProxyError(BackendConnectionError, BackendMisconfiguredError):
+    """The environment's proxy cannot be used as set up (not an ``http://`` proxy, or it wants
+    credentials): see :class:`BackendMisconfiguredError`."""
+
+
 class ParseError(GuardcacheError):
     """A model's completion could not be read as a verdict (e.g. invalid JSON, missing key)."""
 
 
 __all__ = [
     "BackendConnectionError",
+    "BackendDeclinedError",
     "BackendError",
     "BackendInputRejectedError",
+    "BackendMisconfiguredError",
     "BackendProtocolError",
+    "BackendProxyError",
+    "BackendRefusedConfigError",
     "BackendStatusError",
+    "BackendTLSError",
     "BackendTimeoutError",
     "ConfigError",
     "GuardcacheError",

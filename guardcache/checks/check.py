@@ -36,7 +36,7 @@ from guardcache.cache import CacheInterface, Namespace
 from guardcache.cache.keys import digest_fields, normalize_text
 from guardcache.checks.verdict import CachedCheck, Verdict
 from guardcache.config.prompts import TaskPrompt
-from guardcache.errors import InputRejectedError, ParseError
+from guardcache.errors import BackendDeclinedError, InputRejectedError, ParseError
 from guardcache.flows import DEFAULT_MAX_INPUT_CHARS, FlowSpec
 from guardcache.llm.client import ChatClient
 from guardcache.llm.records import LLMCallInfo, record_call
@@ -208,6 +208,14 @@ class LLMCheck:
 
     async def _call(self, texts: Mapping[str, Any], deadline: float | None) -> CachedCheck:
         result = await self.client.complete(self.messages(texts), deadline=deadline, **self.params)
+        if not result.content.strip():
+            # No text is no verdict: declined (blocks whatever on_error says), not an outage.
+            raise BackendDeclinedError(
+                f"{self.client.url} (model {self.client.model!r}) answered with no text; the text "
+                "is treated as unsafe",
+                status=200,
+                url=self.client.url,
+            )
         try:
             verdict = self.parser(result.content)
         except ParseError as exc:

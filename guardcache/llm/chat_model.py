@@ -36,6 +36,7 @@ from guardcache.llm.client import ChatClient
 from guardcache.llm.pool import aclose_all
 from guardcache.llm.retry import RetryPolicy
 from guardcache.llm.types import ChatResult
+from guardcache.llm.wire import MAIN_LIMITS
 
 
 def to_openai_messages(messages: Sequence[BaseMessage]) -> list[dict[str, str]]:
@@ -134,6 +135,7 @@ class GuardcacheChatModel(BaseChatModel):
                 timeout=httpx2.Timeout(self.timeout, connect=self.connect_timeout),
                 retry=RetryPolicy(max_retries=self.max_retries),
                 transport=self.transport,
+                limits=MAIN_LIMITS,  # a chat model's answers, not verdicts
             )
         return self._client
 

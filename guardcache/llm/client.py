@@ -27,7 +27,7 @@ import dataclasses
 import http
 import logging
 import time
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from types import TracebackType
 from typing import Any, Self
@@ -36,11 +36,15 @@ import httpx2
 
 from guardcache.errors import (
     BackendConnectionError,
+    BackendDeclinedError,
     BackendError,
     BackendInputRejectedError,
     BackendProtocolError,
+    BackendProxyError,
+    BackendRefusedConfigError,
     BackendStatusError,
     BackendTimeoutError,
+    BackendTLSError,
 )
 from guardcache.llm.logs import RateLimitedLog
 from guardcache.llm.pool import (
@@ -50,11 +54,18 @@ from guardcache.llm.pool import (
     default_pool,
     get_http_client,
 )
-from guardcache.llm.response import MalformedResponse, error_summary, parse_usage, read_completion
+from guardcache.llm.response import (
+    DeclinedAnswer,
+    MalformedResponse,
+    error_summary,
+    parse_usage,
+    read_completion,
+)
 from guardcache.llm.retry import RETRY_AFTER_STATUSES, RetryPolicy, parse_retry_after
+from guardcache.llm.stream import StreamTotals, read_events
 from guardcache.llm.transport import TransportSettings, validate_base_url
 from guardcache.llm.types import ChatResult
-from guardcache.llm.wire import Reply, WireError, WireKind, WireLane, WirePool
+from guardcache.llm.wire import CHECK_LIMITS, Reply, WireError, WireKind, WireLane, WireLimits, WirePool
 
 logger = logging.getLogger(__name__)
 
@@ -77,6 +88,11 @@ INPUT_REJECTED_STATUSES: frozenset[int] = frozenset({400, 413, 422})
 """Statuses by which a server refuses the request for what it contains (too long for the context,
 too large, unreadable). The user controls the content, so this is an unsafe input, never an outage
 (``BackendInputRejectedError``), and never retried: the same input is refused again."""
+
+CONFIG_STATUSES: frozenset[int] = frozenset({401, 403, 404})
+"""Statuses (with every 3xx) that say the backend can never answer as configured (the key, the URL,
+the model name): ``BackendRefusedConfigError``, which blocks whatever ``on_error`` says and is never
+retried."""
 
 RETRY_LOG_INTERVAL = 10.0
 """Seconds between two retry WARNING lines of one client; the lines in between are counted."""
@@ -152,9 +168,11 @@ class ChatClient:
             pool's admission gate. Must belong to the loop the calls run on.
         pool: where to get a shared connection pool when neither of the two above is given
             (:class:`~guardcache.llm.pool.ClientPool` for httpx2,
-            :class:`~guardcache.llm.aiohttp_pool.AiohttpPool` for aiohttp); default: the process's
-            (aiohttp when installed, see :func:`~guardcache.llm.pool.default_pool`).
+            :class:`~guardcache.llm.h1_pool.H1Pool` for guardcache's own HTTP/1.1 client); default:
+            the process's (see :func:`~guardcache.llm.pool.default_pool`).
         sleep: the coroutine used to wait between retries (tests inject one to record delays).
+        limits: how much of an answer is read before the call fails (:class:`WireLimits`):
+            :data:`CHECK_LIMITS` for a guard, :data:`MAIN_LIMITS` for a main model's answers.
 
     The instance holds no loop-bound resource when it uses the pool, so one ChatClient can serve
     many ``asyncio.run`` calls; each loop gets its own pooled connections.
@@ -176,6 +194,7 @@ class ChatClient:
         http_client: httpx2.AsyncClient | None = None,
         pool: WirePool | None = None,
         sleep: Callable[[float], Awaitable[None]] | None = None,
+        limits: WireLimits = CHECK_LIMITS,
     ) -> None:
         if transport is not None and http_client is not None:
             raise ValueError("ChatClient: pass either transport or http_client, not both")
@@ -204,7 +223,7 @@ class ChatClient:
         self.retry = retry if retry is not None else RetryPolicy()
         self.default_params: dict[str, Any] = dict(default_params or {})
         self._has_api_key = bool(api_key)
-        # Content-Type is set here once (httpx2 sets the same from json=; aiohttp gets bytes).
+        # Content-Type is set here once (httpx2 sets the same from json=; h1 sends bytes).
         self._headers = {
             "Accept": "application/json",
             "Content-Type": "application/json",
@@ -218,6 +237,7 @@ class ChatClient:
         self._owned_pool = ClientPool(transport=transport) if transport is not None else None
         self._pool: WirePool = self._owned_pool or (pool if pool is not None else default_pool())
         self._sleep = sleep if sleep is not None else asyncio.sleep
+        self.limits = limits
         self.retry_log = RateLimitedLog(logger, interval=RETRY_LOG_INTERVAL)
 
     @classmethod
@@ -313,6 +333,68 @@ class ChatClient:
                 raise
             raise self._overrun(call) from None
 
+    async def stream(
+        self,
+        messages: Sequence[Mapping[str, str]],
+        totals: StreamTotals,
+        *,
+        deadline: float | None = None,
+        **params: Any,
+    ) -> AsyncIterator[str]:
+        """Send one streamed chat completion and yield its text deltas as the server sends them;
+        ``totals`` gets the usage and the finish reason as it ends.
+
+        The body is :meth:`complete`'s with ``stream: true`` and ``stream_options.include_usage``.
+        The whole stream runs within the call's budget (``deadline_s`` and ``deadline``, as a
+        plain call), on the same lane, gate, headers, timeouts and limits. Not retried (see
+        :mod:`guardcache.llm.stream`). Raises the typed ``BackendError`` s of :meth:`complete`.
+        """
+        body: dict[str, Any] = {
+            "model": self.model,
+            "messages": [dict(message) for message in messages],
+            **self.default_params,
+            **params,
+            "stream": True,
+            "stream_options": {"include_usage": True},
+        }
+        started = time.monotonic()
+        call = self._bound(started, deadline)
+        scope = asyncio.timeout(call.end - started) if call.end is not None else None
+        try:
+            if scope is None:
+                async for delta in self._stream(body, totals):
+                    yield delta
+            else:
+                async with scope:
+                    async for delta in self._stream(body, totals):
+                        yield delta
+        except TimeoutError:
+            if scope is None or not scope.expired():
+                raise
+            raise BackendTimeoutError(
+                f"{self.url} (model {self.model!r}) did not finish streaming within {call.budget}, "
+                f"which bounds the whole stream [after {time.monotonic() - started:.3g} s]; raise "
+                "the model's timeout for long answers",
+                url=self.url,
+            ) from None
+
+    async def _stream(self, body: Mapping[str, Any], totals: StreamTotals) -> AsyncIterator[str]:
+        lane = self._lane()
+        gate = lane.gate
+        if gate is not None:
+            await gate.acquire()
+        try:
+            async with lane.stream(self.url, body, self._headers, self.timeout, self.limits) as response:
+                if not response.is_success:
+                    raise self._error(self._classify_status(await response.read()), 1)
+                async for delta in read_events(self, response.lines(), totals, self.limits):
+                    yield delta
+        except WireError as exc:
+            raise self._error(self._classify_wire(exc), 1) from exc.__cause__
+        finally:
+            if gate is not None:
+                gate.release()
+
     def _bound(self, started: float, deadline: float | None) -> _Call:
         if self.deadline_s is not None:
             own = started + self.deadline_s
@@ -370,12 +452,12 @@ class ChatClient:
         try:
             if lane.gate is None:
                 call.phase = "request in flight"
-                response = await lane.post(self.url, body, self._headers, self.timeout)
+                response = await lane.post(self.url, body, self._headers, self.timeout, self.limits)
             else:
                 call.phase = "queued for a connection"
                 async with lane.gate:
                     call.phase = "request in flight"
-                    response = await lane.post(self.url, body, self._headers, self.timeout)
+                    response = await lane.post(self.url, body, self._headers, self.timeout, self.limits)
         except WireError as exc:
             return self._classify_wire(exc)
         if not response.is_success:
@@ -437,6 +519,23 @@ class ChatClient:
                 retry.retry_read_timeouts,
                 cause=cause,
             )
+        if kind is WireKind.TLS_VERIFY:
+            return _Failure(
+                BackendTLSError,
+                f"the TLS certificate of {self.url} did not verify ({reason}); if the server uses a "
+                "private CA, name its bundle with SSL_CERT_FILE",
+                reason,
+                False,  # the certificate is the same on the next try
+                cause=cause,
+            )
+        if kind is WireKind.CONFIG:
+            return _Failure(
+                BackendProxyError,
+                f"the request to {self.url} cannot be sent as the environment sets it up ({reason})",
+                reason,
+                False,
+                cause=cause,
+            )
         if kind is WireKind.CONNECT:
             return _Failure(
                 BackendConnectionError,
@@ -463,6 +562,15 @@ class ChatClient:
                 "https://, e.g. http://localhost:8000/v1",
                 reason,
                 False,
+                cause=cause,
+            )
+        if kind is WireKind.TOO_LARGE:
+            return _Failure(
+                BackendProtocolError,
+                f"{self.url} sent an answer over a size limit ({reason}); a chat completion is never "
+                "that large: check what answers at base_url (a proxy page, a misbehaving server)",
+                "answer too large",
+                retryable=False,
                 cause=cause,
             )
         if kind is WireKind.DECODE:
@@ -504,7 +612,15 @@ class ChatClient:
                 False,  # the same input is refused again
                 status=status,
             )
-        if status in (401, 403):
+        error_type: type[BackendError] = BackendStatusError
+        if status in CONFIG_STATUSES or 300 <= status < 400:
+            error_type = BackendRefusedConfigError
+        if 300 <= status < 400:
+            hint = (
+                "the server redirects; guardcache follows no redirect (the API key must never be "
+                "sent to another host): set base_url to the endpoint itself"
+            )
+        elif status in (401, 403):
             hint = (
                 "check the API key: the environment variable that holds it (e.g. NVIDIA_API_KEY, "
                 "OPENAI_API_KEY) "
@@ -522,10 +638,10 @@ class ChatClient:
         if status in RETRY_AFTER_STATUSES:
             retry_after = parse_retry_after(response.headers.get("Retry-After"))
         return _Failure(
-            BackendStatusError,
+            error_type,
             f"{self.url} answered {phrase}{suffix}; {hint}",
             phrase,
-            status in self.retry.retry_on_status,
+            error_type is BackendStatusError and status in self.retry.retry_on_status,
             status=status,
             retry_after=retry_after,
         )
@@ -536,6 +652,15 @@ class ChatClient:
     def _parse(self, response: Reply) -> ChatResult | _Failure:
         try:
             completion = read_completion(response.json())
+        except DeclinedAnswer as exc:
+            return _Failure(
+                BackendDeclinedError,
+                f"{self.url} (model {self.model!r}) declined to answer: {exc}; the text is treated as unsafe",
+                "declined",
+                retryable=False,  # the same text is declined again
+                status=200,
+                cause=exc,
+            )
         except MalformedResponse as exc:
             return self._protocol_failure(str(exc), exc)
         except ValueError as exc:  # json.JSONDecodeError, UnicodeDecodeError
@@ -590,6 +715,7 @@ class ChatClient:
 
 
 __all__ = [
+    "CONFIG_STATUSES",
     "DEFAULT_CONNECT_TIMEOUT",
     "DEFAULT_TIMEOUT",
     "INPUT_REJECTED_STATUSES",

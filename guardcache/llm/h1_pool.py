@@ -27,8 +27,13 @@ What it does, and what it leaves to others:
 - **Cancellation** (a turn cancelled, a speculative main call abandoned) closes the connection: an
   answer still on its way must never be read as the next request's.
 - **TLS** with the one shared, verified context (:func:`~guardcache.llm.pool.shared_ssl_context`).
-- **Proxies** from the environment (``HTTPS_PROXY``, ``NO_PROXY``...): a base URL the environment
-  sends through a proxy is served by an aiohttp lane instead, which speaks to proxies.
+- **Proxies** from the environment (``HTTP_PROXY``, ``HTTPS_PROXY``, ``ALL_PROXY``, ``NO_PROXY``),
+  as curl reads them: see :mod:`guardcache.llm.proxy` (absolute form for http, a CONNECT tunnel
+  for https).
+- **Limits** (:class:`~guardcache.llm.wire.WireLimits`): the head, each header field, the body,
+  the decoded body and its ratio, each event-stream line; past one, the call fails in bounded
+  memory and time. A connection is polled for unread bytes before it is reused, and bytes after a
+  complete answer mark it dead: a response belongs to the request that asked for it.
 - **Streams** (SSE) are read as lines as they arrive; reading pauses while more than 256 KB wait
   unread.
 
@@ -39,9 +44,9 @@ ChatClient's retries and messages do not depend on which one carried the call.
 from __future__ import annotations
 
 import asyncio
+import select
 import ssl
 import time
-import urllib.request
 import zlib
 from collections import deque
 from collections.abc import AsyncIterator, Mapping
@@ -52,7 +57,20 @@ import httptools
 import httpx2
 
 from guardcache.llm.pool import DEFAULT_LIMITS, USER_AGENT, LoopLanes, shared_ssl_context
-from guardcache.llm.wire import BodyReply, Reply, WireError, WireKind, WireLane, dumps_body
+from guardcache.llm.proxy import Proxy, env_proxy, open_tunnel
+from guardcache.llm.wire import (
+    CHECK_LIMITS,
+    BodyReply,
+    LineSplitter,
+    Reply,
+    WireError,
+    WireKind,
+    WireLane,
+    WireLimits,
+    check_decoded,
+    decode_body,
+    dumps_body,
+)
 
 KEEPALIVE_EXPIRY = 4.0
 """Seconds an idle connection is kept (under the 5 s keep-alive of uvicorn and many proxies)."""
@@ -64,8 +82,16 @@ MAX_UNREAD = 256 * 1024
 """Bytes of a stream buffered unread before the socket stops being read (back-pressure)."""
 
 
-class _Stray(Exception):
-    """Raised from the parser's callback when a message begins after the answer was complete."""
+class _Stop(Exception):
+    """Raised from a parser callback to stop reading: ``error`` fails the request; None means a
+    message began after the answer was complete (a stray: the answer stands, the connection dies)."""
+
+    def __init__(self, error: WireError | None = None) -> None:
+        self.error = error
+
+
+def _too_large(what: str, limit: int) -> WireError:
+    return WireError(WireKind.TOO_LARGE, what, f"over {limit} bytes")
 
 
 class CaseInsensitiveHeaders(dict[str, str]):
@@ -84,14 +110,22 @@ class CaseInsensitiveHeaders(dict[str, str]):
 
 
 def headers_of(raw: list[tuple[bytes, bytes]]) -> CaseInsensitiveHeaders:
-    """Raw header pairs as a mapping; repeated names joined with ", " (RFC 9110, 5.3)."""
-    headers = CaseInsensitiveHeaders()
+    """Raw header pairs as a mapping; repeated names joined with ", " (RFC 9110, 5.3).
+
+    Linear in the head's size: values are gathered per name and joined once (joining as they came
+    was quadratic: 10,000 repeated headers on a 429 took seconds of a blocked event loop).
+    """
+    values: dict[str, list[bytes]] = {}
     for name, value in raw:
         key = name.decode("latin-1").lower()
-        text = value.decode("latin-1")
-        if dict.__contains__(headers, key):
-            text = f"{dict.__getitem__(headers, key)}, {text}"
-        dict.__setitem__(headers, key, text)
+        found = values.get(key)
+        if found is None:
+            values[key] = [value]
+        else:
+            found.append(value)
+    headers = CaseInsensitiveHeaders()
+    for key, parts in values.items():
+        dict.__setitem__(headers, key, b", ".join(parts).decode("latin-1"))
     return headers
 
 
@@ -121,7 +155,12 @@ class _Connection(asyncio.Protocol):
         self.lane = lane
         self.loop = lane.loop
         self.transport: asyncio.Transport | None = None
+        self.fd = -1  # the socket's descriptor: polled before the connection is reused
         self.parser = httptools.HttpResponseParser(self)
+        self.limits = CHECK_LIMITS
+        self.head_bytes = 0
+        self.body_bytes = 0
+        self.truncated = False
         self.waiter: asyncio.Future[None] | None = None
         self.error: WireError | None = None
         self.streaming = False
@@ -146,10 +185,14 @@ class _Connection(asyncio.Protocol):
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = transport  # type: ignore[assignment]
+        sock = transport.get_extra_info("socket")
+        if sock is not None:
+            self.fd = sock.fileno()
 
     def data_received(self, data: bytes) -> None:
-        if self.waiter is None and not self.streaming:
-            # Bytes nobody asked for (on an idle connection): it cannot be trusted with a request.
+        if (self.waiter is None and not self.streaming) or self.truncated:
+            # Bytes nobody asked for (on an idle connection, or after an answer was cut): the
+            # connection cannot be trusted with a request any more.
             self.close()
             return
         self.received = True
@@ -159,13 +202,27 @@ class _Connection(asyncio.Protocol):
         except httptools.HttpParserUpgrade:
             upgrade = WireError(WireKind.DROPPED, "UnexpectedUpgrade", "the server switched protocols")
             self._fail(upgrade, close=True)
+            return
         except httptools.HttpParserError as exc:
-            if isinstance(exc.__context__, _Stray):
-                # A second message behind the answer: the answer stands, the connection is not
-                # reused (httptools wraps what a callback raises).
-                self.keep_alive = False
+            stop = exc.__context__
+            if isinstance(stop, _Stop):  # httptools wraps what a callback raises
+                if stop.error is not None:
+                    self._fail(stop.error, close=True)
+                else:
+                    # A second message behind the answer: the answer stands, the connection is
+                    # not reused.
+                    self.keep_alive = False
                 return
             self._fail(WireError(WireKind.DROPPED, type(exc).__name__), close=True)
+            return
+        if not self.head_done:
+            # Counted only while the head is incomplete (after feeding, so a packet holding the
+            # head and the body's start is not counted): httptools gathers a header in memory
+            # until its end, so an endless header line must be cut here.
+            self.head_bytes += len(data)
+            limit = self.limits.max_head_bytes
+            if self.head_bytes > limit and not self.closed:
+                self._fail(_too_large("HeadTooLarge", limit), close=True)
 
     def eof_received(self) -> bool | None:
         return False  # close the transport (connection_lost follows)
@@ -188,10 +245,12 @@ class _Connection(asyncio.Protocol):
 
     def on_message_begin(self) -> None:
         if self.complete:
-            raise _Stray  # stops the parser: nothing after the answer is read as part of it
+            raise _Stop  # stops the parser: nothing after the answer is read as part of it
 
     def on_header(self, name: bytes, value: bytes) -> None:
         # Kept raw: the mapping is built only when someone reads it (an error status's Retry-After).
+        if len(name) + len(value) > self.limits.max_header_bytes:
+            raise _Stop(_too_large("HeaderTooLarge", self.limits.max_header_bytes))
         self.raw_headers.append((name, value))
         if len(name) == 16 and name.lower() == b"content-encoding":
             coding = value.decode("latin-1")
@@ -214,6 +273,18 @@ class _Connection(asyncio.Protocol):
             self._wake()
 
     def on_body(self, body: bytes) -> None:
+        size = self.body_bytes = self.body_bytes + len(body)
+        if size > self.limits.max_body_bytes:
+            if self.streaming or 200 <= self.status < 300:
+                raise _Stop(_too_large("BodyTooLarge", self.limits.max_body_bytes))
+            # An error status's body is read for an error code only: cut it, keep the status, and
+            # end the answer here (the connection is not reused).
+            self.truncated = True
+            self.keep_alive = False
+            self.complete = True
+            self._cancel_timer()
+            self._wake()
+            raise _Stop
         self.chunks.append(body)
         if self.streaming:
             self.unread += len(body)
@@ -235,9 +306,12 @@ class _Connection(asyncio.Protocol):
 
     # -- the request's side ----------------------------------------------------------------------
 
-    def start(self, data: bytes, read_timeout: float | None, streaming: bool) -> None:
+    def start(self, data: bytes, read_timeout: float | None, streaming: bool, limits: WireLimits) -> None:
         """Send one request (the connection must be idle) and arm the read timeout."""
         self.streaming = streaming
+        self.limits = limits
+        self.head_bytes = self.body_bytes = 0
+        self.truncated = False
         self.received = self.head_done = self.complete = self.keep_alive = self.interim = False
         self.status = 0
         self.raw_headers = []
@@ -304,6 +378,19 @@ class _Connection(asyncio.Protocol):
         else:
             self.close()
 
+    def readable(self) -> bool:
+        """Whether bytes (or the end) wait unread on the socket of this idle connection: a
+        response nobody asked for (a server's 408 before it closes, a buggy proxy's second
+        answer) that the event loop has not delivered yet. Such a connection is closed instead of
+        reused, or those bytes would be read as the next request's answer. One poll, no wait."""
+        if self.fd < 0:
+            return False
+        try:
+            ready, _, _ = select.select((self.fd,), (), (), 0)
+        except (OSError, ValueError):
+            return True
+        return bool(ready)
+
     def close(self) -> None:
         self._cancel_timer()
         if not self.closed:
@@ -351,23 +438,6 @@ class _Connection(asyncio.Protocol):
         self._fail(WireError(WireKind.READ_TIMEOUT, "ReadTimeout", f"no data for {limit} s"), close=True)
 
 
-def _decode(body: bytes, coding: str) -> bytes:
-    coding = coding.strip().lower()
-    if coding in ("", "identity"):
-        return body
-    if coding in ("gzip", "x-gzip", "deflate"):
-        try:
-            return zlib.decompress(body, 47)  # gzip or zlib, by its header
-        except zlib.error:
-            if coding == "deflate":
-                try:
-                    return zlib.decompress(body, -15)  # raw deflate, as some servers send it
-                except zlib.error as exc:
-                    raise WireError(WireKind.DECODE, "ContentDecodingError") from exc
-            raise WireError(WireKind.DECODE, "ContentDecodingError") from None
-    raise WireError(WireKind.DECODE, "ContentDecodingError", f"unsupported content-encoding {coding!r}")
-
-
 def _header_block(path: str, host: str, headers: Mapping[str, str]) -> bytes:
     lines = [f"POST {path} HTTP/1.1", f"Host: {host}", f"User-Agent: {USER_AGENT}"]
     lines.append("Accept-Encoding: identity")
@@ -400,6 +470,14 @@ class H1Lane:
         if parts.scheme not in ("http", "https") or not parts.hostname:
             what = f"not an http(s) URL: {parts.scheme!r}"
             raise WireError(WireKind.UNSUPPORTED, "UnsupportedProtocol", what)
+        # Read once per lane (per loop and base URL), not per request. A proxy the client cannot
+        # speak fails every request of this lane with the reason.
+        self.proxy: Proxy | None = None
+        self.proxy_error: WireError | None = None
+        try:
+            self.proxy = env_proxy(base_url)
+        except WireError as exc:
+            self.proxy_error = exc
         self.loop = loop
         self.gate = gate
         self.tls = parts.scheme == "https"
@@ -418,20 +496,30 @@ class H1Lane:
     # -- WireLane --------------------------------------------------------------------------------
 
     async def post(
-        self, url: str, body: Mapping[str, Any], headers: Mapping[str, str], phases: httpx2.Timeout
+        self,
+        url: str,
+        body: Mapping[str, Any],
+        headers: Mapping[str, str],
+        phases: httpx2.Timeout,
+        limits: WireLimits = CHECK_LIMITS,
     ) -> Reply:
-        conn = await self._send(url, body, headers, phases, streaming=False)
+        conn = await self._send(url, body, headers, phases, limits, streaming=False)
         data = conn.take() if conn.chunks else b""
         status, raw, coding = conn.status, conn.raw_headers, conn.coding
         conn.finish()
         if coding is not None:
-            data = _decode(data, coding)
+            data = decode_body(data, coding, limits)
         return H1Reply(status, raw, data)
 
     def stream(
-        self, url: str, body: Mapping[str, Any], headers: Mapping[str, str], phases: httpx2.Timeout
+        self,
+        url: str,
+        body: Mapping[str, Any],
+        headers: Mapping[str, str],
+        phases: httpx2.Timeout,
+        limits: WireLimits = CHECK_LIMITS,
     ) -> _StreamContext:
-        return _StreamContext(self, url, body, headers, phases)
+        return _StreamContext(self, url, body, headers, phases, limits)
 
     # -- the pool --------------------------------------------------------------------------------
 
@@ -441,11 +529,14 @@ class H1Lane:
         body: Mapping[str, Any],
         headers: Mapping[str, str],
         phases: httpx2.Timeout,
+        limits: WireLimits,
         *,
         streaming: bool,
     ) -> _Connection:
         """Send the request and wait for the whole answer (for a stream: its head). Sent once more
         on a fresh connection when a reused one dies before any byte of the answer."""
+        if self.proxy_error is not None:
+            raise self.proxy_error
         key = (url, *headers.items())
         head = self._heads.get(key)
         if head is None:
@@ -453,6 +544,13 @@ class H1Lane:
                 self._heads.clear()
             path = urlsplit(url)
             target = (path.path or "/") + (f"?{path.query}" if path.query else "")
+            proxy = self.proxy
+            if proxy is not None and not self.tls:
+                # Through an HTTP proxy, a plain request names its whole URL (absolute form), and
+                # the proxy's credentials go to the proxy alone.
+                target = f"http://{self.host_header}{target}"
+                if proxy.authorization is not None:
+                    headers = {**headers, "Proxy-Authorization": proxy.authorization}
             head = self._heads[key] = _header_block(target, self.host_header, headers)
         payload = dumps_body(body)
         data = b"".join((head, str(len(payload)).encode(), b"\r\n\r\n", payload))
@@ -461,7 +559,7 @@ class H1Lane:
             if conn is None:
                 conn = await self._connect(phases.connect)
             self.busy.add(conn)
-            conn.start(data, phases.read, streaming)
+            conn.start(data, phases.read, streaming, limits)
             try:
                 if streaming:
                     while not conn.head_done:
@@ -487,7 +585,7 @@ class H1Lane:
             conn = idle.pop()
             if conn.closed:
                 continue
-            if now - conn.idle_since > self.keepalive_expiry:
+            if now - conn.idle_since > self.keepalive_expiry or conn.readable():
                 conn.close()
                 continue
             return conn, True
@@ -496,20 +594,37 @@ class H1Lane:
     async def _connect(self, limit: float | None) -> _Connection:
         loop = self.loop
         context = shared_ssl_context() if self.tls else None
+        proxy = self.proxy
         try:
             async with asyncio.timeout(limit):
-                _, conn = await loop.create_connection(
-                    lambda: _Connection(self),
-                    self.host,
-                    self.port,
-                    ssl=context,
-                    server_hostname=self.host if context is not None else None,
-                )
+                if proxy is None:
+                    _, conn = await loop.create_connection(
+                        lambda: _Connection(self),
+                        self.host,
+                        self.port,
+                        ssl=context,
+                        server_hostname=self.host if context is not None else None,
+                    )
+                elif context is None:  # plain http through the proxy
+                    _, conn = await loop.create_connection(lambda: _Connection(self), proxy.host, proxy.port)
+                else:  # https through a CONNECT tunnel, TLS end to end
+                    raw = await open_tunnel(loop, proxy, self.host, self.port)
+                    conn = _Connection(self)
+                    try:
+                        secure = await loop.start_tls(raw, conn, context, server_hostname=self.host)
+                    except BaseException:
+                        raw.close()
+                        raise
+                    if secure is None:
+                        raise WireError(WireKind.DROPPED, "ProxyError", "the tunnel closed during TLS")
+                    conn.connection_made(secure)
         except TimeoutError:
             raise WireError(
                 WireKind.CONNECT_TIMEOUT, "ConnectTimeout", f"no connection within {limit} s"
             ) from None
-        except (OSError, ssl.SSLError) as exc:  # refused, DNS, TLS handshake or certificate
+        except ssl.SSLCertVerificationError as exc:  # a configuration error, not an outage
+            raise WireError(WireKind.TLS_VERIFY, type(exc).__name__, str(exc)[:200]) from exc
+        except (OSError, ssl.SSLError) as exc:  # refused, DNS, TLS handshake
             raise WireError(WireKind.CONNECT, type(exc).__name__, str(exc)[:200]) from exc
         if self.closed:
             conn.close()
@@ -595,11 +710,12 @@ class H1Stream:
             await conn.wait()
         data = b"".join(parts)
         if conn.coding is not None:
-            data = _decode(data, conn.coding)
+            data = decode_body(data, conn.coding, conn.limits)
         return H1Reply(conn.status, conn.raw_headers, data)
 
     async def lines(self) -> AsyncIterator[str]:
         conn = self.conn
+        limits = conn.limits
         coding = (conn.coding or "identity").strip().lower()
         inflate = None
         if coding in ("gzip", "x-gzip", "deflate"):
@@ -607,29 +723,27 @@ class H1Stream:
         elif coding != "identity":
             what = f"unsupported content-encoding {coding!r}"
             raise WireError(WireKind.DECODE, "ContentDecodingError", what)
-        rest = b""
+        splitter = LineSplitter(limits.max_line_bytes)
+        decoded = 0
         while True:
             if conn.chunks:
                 data = conn.take()
                 if inflate is not None:
                     try:
-                        data = inflate.decompress(data)
+                        # At most a line's worth more than the limit per chunk: a bomb is cut early.
+                        data = inflate.decompress(data, limits.max_decoded_bytes - decoded + 1)
                     except zlib.error:
                         raise WireError(WireKind.DECODE, "ContentDecodingError") from None
-                if rest:
-                    data = rest + data
-                if b"\n" in data:
-                    *complete, rest = data.split(b"\n")
-                    for line in complete:
-                        yield line.decode("utf-8", "replace").rstrip("\r")
-                else:
-                    rest = data
+                    decoded += len(data)
+                    check_decoded(decoded, conn.body_bytes, limits)
+                for line in splitter.feed(data):
+                    yield line
                 continue
             if conn.complete:
                 break
             await conn.wait()
-        if rest:
-            yield rest.decode("utf-8", "replace").rstrip("\r")
+        for line in splitter.end():
+            yield line
 
 
 class H1Pool:
@@ -650,19 +764,11 @@ class H1Pool:
         self.max_idle = max_idle
         self.keepalive_expiry = keepalive_expiry
         self._lanes: LoopLanes[WireLane] = LoopLanes()
-        self._proxied: Any = None  # an AiohttpPool, made for the first proxied base URL
 
     def lane(self, base_url: str) -> WireLane:
         return self._lanes.get(base_url, self._new_lane)
 
     def _new_lane(self, loop: asyncio.AbstractEventLoop, base_url: str) -> WireLane:
-        if _proxied(base_url):
-            if self._proxied is None:
-                from guardcache.llm.aiohttp_pool import AiohttpPool
-
-                self._proxied = AiohttpPool(max_connections=self.max_connections)
-            lane: WireLane = self._proxied.lane(base_url)
-            return lane
         size = self.max_connections
         gate = asyncio.Semaphore(size) if size else None
         return H1Lane(loop, base_url, gate, max_idle=self.max_idle, keepalive_expiry=self.keepalive_expiry)
@@ -680,17 +786,6 @@ class H1Pool:
         for lane in lanes:
             if isinstance(lane, H1Lane):
                 lane.close()
-        if self._proxied is not None:
-            await self._proxied.aclose_all()
-
-
-def _proxied(base_url: str) -> bool:
-    """Whether the environment sends ``base_url`` through a proxy (``HTTPS_PROXY``, ``NO_PROXY``...)."""
-    parts = urlsplit(base_url)
-    proxies = urllib.request.getproxies()
-    if not proxies.get(parts.scheme) and not proxies.get("all"):
-        return False
-    return not urllib.request.proxy_bypass(parts.netloc)
 
 
 __all__ = ["KEEPALIVE_EXPIRY", "CaseInsensitiveHeaders", "H1Lane", "H1Pool", "H1Stream"]

@@ -51,7 +51,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import functools
-import os
 import ssl
 import threading
 import weakref
@@ -60,7 +59,17 @@ from typing import Any, Generic, TypeVar
 
 import httpx2
 
-from guardcache.llm.wire import Reply, WireError, WireKind, WirePool
+from guardcache.llm.wire import (
+    CHECK_LIMITS,
+    BodyDecoder,
+    BodyReply,
+    LineSplitter,
+    Reply,
+    WireError,
+    WireKind,
+    WireLimits,
+    WirePool,
+)
 
 DEFAULT_LIMITS = httpx2.Limits(max_connections=100, max_keepalive_connections=32, keepalive_expiry=4.0)
 """Up to 100 concurrent requests per backend before requests queue (FIFO, in the pool's admission
@@ -169,16 +178,32 @@ class Lane:
         self.gate = gate
 
     async def post(
-        self, url: str, body: Mapping[str, Any], headers: Mapping[str, str], phases: httpx2.Timeout
+        self,
+        url: str,
+        body: Mapping[str, Any],
+        headers: Mapping[str, str],
+        phases: httpx2.Timeout,
+        limits: WireLimits = CHECK_LIMITS,
     ) -> Reply:
+        client = self.client
         try:
-            return await self.client.post(url, json=body, headers=headers, timeout=phases)
+            request = client.build_request("POST", url, json=body, headers=headers, timeout=phases)
+            response = await client.send(request, stream=True)
+            try:
+                return await _read_limited(response, limits)
+            finally:
+                await response.aclose()
         except (httpx2.TransportError, httpx2.DecodingError) as exc:
             raise wire_error(exc) from exc
 
     @contextlib.asynccontextmanager
     async def stream(
-        self, url: str, body: Mapping[str, Any], headers: Mapping[str, str], phases: httpx2.Timeout
+        self,
+        url: str,
+        body: Mapping[str, Any],
+        headers: Mapping[str, str],
+        phases: httpx2.Timeout,
+        limits: WireLimits = CHECK_LIMITS,
     ) -> AsyncIterator[_HttpxStream]:
         client = self.client
         try:
@@ -187,16 +212,50 @@ class Lane:
         except (httpx2.TransportError, httpx2.DecodingError) as exc:
             raise wire_error(exc) from exc
         try:
-            yield _HttpxStream(response)
+            _check_head(response, limits)
+            yield _HttpxStream(response, limits)
         finally:
             await response.aclose()
 
 
-class _HttpxStream:
-    __slots__ = ("response",)
+def _check_head(response: httpx2.Response, limits: WireLimits) -> None:
+    """httpx2 (h11) bounds the head at 100 KiB; one header field is held to ``max_header_bytes``."""
+    limit = limits.max_header_bytes
+    if any(len(name) + len(value) > limit for name, value in response.headers.raw):
+        raise WireError(WireKind.TOO_LARGE, "HeaderTooLarge", f"over {limit} bytes")
 
-    def __init__(self, response: httpx2.Response) -> None:
+
+async def _read_limited(response: httpx2.Response, limits: WireLimits) -> BodyReply:
+    """The body, decoded by :class:`BodyDecoder` (httpx2's own decoder inflates a chunk whole, with
+    no bound), within ``limits``; an error status's body is cut at a limit instead (it is read for
+    an error code only: the status decides)."""
+    _check_head(response, limits)
+    try:
+        content = response.content  # a response made in memory (httpx2.MockTransport) is read
+    except httpx2.ResponseNotRead:
+        pass
+    else:
+        if len(content) > limits.max_decoded_bytes and response.is_success:
+            raise WireError(WireKind.TOO_LARGE, "BodyTooLarge", f"over {limits.max_decoded_bytes} bytes")
+        return BodyReply(response.status_code, response.headers, content[: limits.max_decoded_bytes])
+    decoder = BodyDecoder(response.headers.get("content-encoding"), limits)
+    parts: list[bytes] = []
+    async for chunk in response.aiter_raw():
+        try:
+            parts.append(decoder.feed(chunk))
+        except WireError as exc:
+            if response.is_success or exc.kind is not WireKind.TOO_LARGE:
+                raise
+            break
+    return BodyReply(response.status_code, response.headers, b"".join(parts))
+
+
+class _HttpxStream:
+    __slots__ = ("limits", "response")
+
+    def __init__(self, response: httpx2.Response, limits: WireLimits) -> None:
         self.response = response
+        self.limits = limits
 
     @property
     def status_code(self) -> int:
@@ -208,17 +267,23 @@ class _HttpxStream:
 
     async def read(self) -> Reply:
         try:
-            await self.response.aread()
+            return await _read_limited(self.response, self.limits)
         except (httpx2.TransportError, httpx2.DecodingError) as exc:
             raise wire_error(exc) from exc
-        return self.response
 
     async def lines(self) -> AsyncIterator[str]:
+        response = self.response
+        limits = self.limits
+        splitter = LineSplitter(limits.max_line_bytes)
+        decoder = BodyDecoder(response.headers.get("content-encoding"), limits)
         try:
-            async for line in self.response.aiter_lines():
-                yield line
+            async for chunk in response.aiter_raw():
+                for line in splitter.feed(decoder.feed(chunk)):
+                    yield line
         except (httpx2.TransportError, httpx2.DecodingError) as exc:
             raise wire_error(exc) from exc
+        for line in splitter.end():
+            yield line
 
 
 def wire_error(exc: httpx2.TransportError | httpx2.DecodingError) -> WireError:
@@ -323,42 +388,27 @@ class ClientPool:
 
 _DEFAULT_POOL = ClientPool()
 
-HTTP_CLIENT_ENV = "GUARDCACHE_HTTP_CLIENT"
-"""``h1``, ``aiohttp`` or ``httpx2``: the transport of ChatClients built without ``transport``,
-``http_client`` or ``pool``. Default: ``h1``, guardcache's own HTTP/1.1 client."""
-
 _default_wire: WirePool | None = None
 _default_lock = threading.Lock()
 
 
 def default_pool() -> WirePool:
-    """The process-wide pool every ChatClient uses unless given a transport, a client or a pool.
-
-    guardcache's own HTTP/1.1 client (:mod:`guardcache.llm.h1_pool`, the least CPU per call: see
-    ``benchmarks/bench_http_clients.py``) unless ``GUARDCACHE_HTTP_CLIENT`` names ``aiohttp`` or
-    ``httpx2``. Chosen once per process, on first use.
+    """The process-wide pool every ChatClient uses unless given a transport, a client or a pool:
+    guardcache's own HTTP/1.1 client (:mod:`guardcache.llm.h1_pool`), the one network transport
+    the project ships. Why one: it needs the least CPU per call (``benchmarks/bench_http_clients.py``)
+    and passes the whole transport contract (tests/integration/test_transport_contract.py);
+    httpx2's stack read neither a stream's end nor a dropped keep-alive connection as well, and
+    aiohttp read a stray response on an idle connection as the next answer. httpx2 stays as the
+    adapter for a caller's own ``transport=`` / ``http_client=``.
     """
     global _default_wire
     if _default_wire is None:
         with _default_lock:
             if _default_wire is None:
-                _default_wire = _choose_default()
+                from guardcache.llm.h1_pool import H1Pool
+
+                _default_wire = H1Pool()
     return _default_wire
-
-
-def _choose_default() -> WirePool:
-    wanted = os.environ.get(HTTP_CLIENT_ENV, "").strip().lower()
-    if wanted not in ("", "h1", "aiohttp", "httpx2"):
-        raise ValueError(f"{HTTP_CLIENT_ENV}={wanted!r}: expected h1, aiohttp or httpx2")
-    if wanted in ("", "h1"):
-        from guardcache.llm.h1_pool import H1Pool
-
-        return H1Pool()
-    if wanted == "aiohttp":
-        from guardcache.llm.aiohttp_pool import AiohttpPool
-
-        return AiohttpPool()
-    return _DEFAULT_POOL
 
 
 def get_http_client(base_url: str) -> httpx2.AsyncClient:
@@ -376,7 +426,6 @@ async def aclose_all() -> None:
 __all__ = [
     "ADMISSION_FACTOR",
     "DEFAULT_LIMITS",
-    "HTTP_CLIENT_ENV",
     "ClientPool",
     "Lane",
     "LoopLanes",

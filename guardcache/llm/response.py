@@ -21,6 +21,12 @@ class MalformedResponse(ValueError):
     """A 2xx body is not the OpenAI chat completion shape; the message says what is missing."""
 
 
+class DeclinedAnswer(ValueError):
+    """A well-formed completion in which the model declined to answer: a ``refusal`` instead of
+    content, ``finish_reason: "content_filter"``, or null content with nothing else. The message
+    says which, never what the refusal said (it can quote the user)."""
+
+
 @dataclass(slots=True, frozen=True)
 class Completion:
     """The parts of a chat completion body the client uses."""
@@ -35,6 +41,8 @@ def read_completion(data: object) -> Completion:
     """Pick ``choices[0].message.content`` and friends out of a decoded JSON body.
 
     Raises:
+        DeclinedAnswer: the model declined (see the class); checked before the content's type,
+            because a declining answer has no content to read.
         MalformedResponse: not an object, no ``choices[0]``, or no string ``content``.
     """
     if not isinstance(data, dict):
@@ -45,11 +53,18 @@ def read_completion(data: object) -> Completion:
     choice: dict[str, Any] = choices[0]
     message = choice.get("message")
     content = message.get("content") if isinstance(message, dict) else None
+    finish_reason = choice.get("finish_reason")
+    if finish_reason == "content_filter":
+        raise DeclinedAnswer("finish_reason content_filter (the provider's filter withheld the answer)")
     if not isinstance(content, str):
+        if isinstance(message, dict) and content is None:
+            if isinstance(message.get("refusal"), str):
+                raise DeclinedAnswer("a refusal instead of content")
+            if not message.get("tool_calls") and not message.get("function_call"):
+                raise DeclinedAnswer("null content")
         raise MalformedResponse(
             "no choices[0].message.content string (null content: a tool call or a refusal?)"
         )
-    finish_reason = choice.get("finish_reason")
     model = data.get("model")
     return Completion(
         content=content,
@@ -125,4 +140,11 @@ def _count(value: object) -> int:
     return 0
 
 
-__all__ = ["Completion", "MalformedResponse", "error_summary", "parse_usage", "read_completion"]
+__all__ = [
+    "Completion",
+    "DeclinedAnswer",
+    "MalformedResponse",
+    "error_summary",
+    "parse_usage",
+    "read_completion",
+]

@@ -1,11 +1,13 @@
 """What :class:`~guardcache.llm.client.ChatClient` needs from an HTTP client, whichever carries it.
 
-Three transports implement it: guardcache's own HTTP/1.1 client (:mod:`guardcache.llm.h1_pool`, the
-default), aiohttp (:mod:`guardcache.llm.aiohttp_pool`: base URLs the environment proxies, and
-``GUARDCACHE_HTTP_CLIENT=aiohttp``) and httpx2 (:mod:`guardcache.llm.pool`: what ``transport=`` /
-``http_client=`` arguments such as ``httpx2.MockTransport`` use). Why the default is the one it is:
-at 100% cache hits the outgoing call to the main model is most of a guarded turn's CPU, and
-``benchmarks/bench_http_clients.py`` prints the candidates' client CPU per call side by side.
+Two transports implement it: guardcache's own HTTP/1.1 client (:mod:`guardcache.llm.h1_pool`, the
+default, proxies included) and httpx2 (:mod:`guardcache.llm.pool`: what ``transport=`` /
+``http_client=`` arguments such as ``httpx2.MockTransport`` use, and
+``GUARDCACHE_HTTP_CLIENT=httpx2``). aiohttp, once the transport of proxied URLs, earned no place
+once h1 spoke to proxies: it read a stray response on an idle connection as the next answer, and
+cost ~2.5x h1's CPU per call. Why the default is the one it is: at 100% cache hits the outgoing
+call to the main model is most of a guarded turn's CPU, and ``benchmarks/bench_http_clients.py``
+prints the candidates' client CPU per call side by side.
 
 Each transport turns its own exceptions into one :class:`WireError` with a :class:`WireKind`, so
 the client classifies a failure (retry or not, which typed ``BackendError``, what the message says)
@@ -18,8 +20,10 @@ from __future__ import annotations
 import asyncio
 import enum
 import json
+import zlib
 from collections.abc import AsyncIterator, Mapping
 from contextlib import AbstractAsyncContextManager
+from dataclasses import dataclass
 from typing import Any, Protocol
 
 import httpx2
@@ -46,6 +50,153 @@ except ImportError:  # pragma: no cover - depends on the environment
         return json.loads(data)
 
 
+@dataclass(frozen=True, slots=True)
+class WireLimits:
+    """How much of an answer a transport reads before it gives up: every read from a socket is
+    bounded in size, so a hostile or broken server (or a proxy in between) costs bounded memory and
+    time. Exceeding a limit fails the call (``WireKind.TOO_LARGE``), not retried.
+
+    The defaults are never reached by an honest OpenAI-compatible server and need no tuning; they
+    sit at aiohttp's order of magnitude for heads and lines.
+
+    Attributes:
+        max_head_bytes: the whole response head (status line and headers, interim 1xx heads
+            included).
+        max_header_bytes: one header field, name and value (aiohttp: 8190).
+        max_body_bytes: the body as received (a stream's, all of it).
+        max_decoded_bytes: the body after its content-encoding is undone (gzip, deflate).
+        max_decode_ratio: decoded bytes per received byte, checked once the decoded body passes
+            64 KiB (a compression bomb: 0.5 MB of gzip inflating to 1 GB).
+        max_line_bytes: one line of an event stream (aiohttp's readline: 1 MiB... the same here).
+        max_event_bytes: one server-sent event's data, all its ``data:`` lines together.
+
+    An error status's body is read only for an error code: past ``max_body_bytes`` it is cut,
+    not failed, so the status still decides (a 400 that quotes a long input stays a 400).
+    """
+
+    max_head_bytes: int = 64 * 1024
+    max_header_bytes: int = 8 * 1024
+    max_body_bytes: int = 1 << 20
+    max_decoded_bytes: int = 1 << 20
+    max_decode_ratio: int = 100
+    max_line_bytes: int = 1 << 20
+    max_event_bytes: int = 1 << 20
+
+
+CHECK_LIMITS = WireLimits()
+"""A guard check's answer: a verdict of a few tokens, 1 MiB is generous."""
+
+MAIN_LIMITS = WireLimits(max_body_bytes=64 << 20, max_decoded_bytes=64 << 20)
+"""The main model's answer (a long streamed answer is ~200 bytes an event): 64 MiB."""
+
+DECODE_RATIO_FLOOR = 64 * 1024
+"""Decoded bytes below which the decode ratio is not checked (small bodies compress well)."""
+
+
+def decode_body(body: bytes, coding: str, limits: WireLimits) -> bytes:
+    """Undo a ``Content-Encoding`` (gzip, x-gzip, deflate: zlib or raw), within the limits.
+
+    Inflates at most ``max_decoded_bytes + 1`` bytes, so a bomb costs bounded memory and time.
+
+    Raises:
+        WireError: ``DECODE`` for an unknown or broken coding, ``TOO_LARGE`` past a limit.
+    """
+    coding = coding.strip().lower()
+    if coding in ("", "identity"):
+        return body
+    if coding not in ("gzip", "x-gzip", "deflate"):
+        raise WireError(WireKind.DECODE, "ContentDecodingError", f"unsupported content-encoding {coding!r}")
+    for wbits in (47, -15) if coding == "deflate" else (47,):  # gzip or zlib by header; raw deflate
+        inflater = zlib.decompressobj(wbits)
+        try:
+            data = inflater.decompress(body, limits.max_decoded_bytes + 1)
+        except zlib.error:
+            continue
+        check_decoded(len(data), len(body), limits)
+        return data
+    raise WireError(WireKind.DECODE, "ContentDecodingError")
+
+
+def check_decoded(decoded: int, received: int, limits: WireLimits) -> None:
+    """Raise ``TOO_LARGE`` when ``decoded`` bytes from ``received`` pass a decoding limit."""
+    if decoded > limits.max_decoded_bytes:
+        raise WireError(
+            WireKind.TOO_LARGE, "BodyTooLarge", f"decoded body over {limits.max_decoded_bytes} bytes"
+        )
+    if decoded > DECODE_RATIO_FLOOR and decoded > limits.max_decode_ratio * max(received, 1):
+        raise WireError(WireKind.TOO_LARGE, "DecodeRatio", f"body inflates over {limits.max_decode_ratio}x")
+
+
+class BodyDecoder:
+    """A body's bytes as received in, decoded bytes out, within ``limits`` (size, decoded size and
+    ratio): for transports that hand over raw chunks. Inflates at most what the limit leaves, so a
+    bomb stops after ``max_decoded_bytes``.
+
+    Raises:
+        WireError: ``DECODE`` for an unknown or broken coding, ``TOO_LARGE`` past a limit.
+    """
+
+    __slots__ = ("decoded", "inflater", "limits", "received")
+
+    def __init__(self, coding: str | None, limits: WireLimits) -> None:
+        self.limits = limits
+        self.received = self.decoded = 0
+        name = (coding or "identity").strip().lower()
+        if name in ("", "identity"):
+            self.inflater = None
+        elif name in ("gzip", "x-gzip", "deflate"):
+            self.inflater = zlib.decompressobj(47)
+        else:
+            raise WireError(WireKind.DECODE, "ContentDecodingError", f"unsupported content-encoding {name!r}")
+
+    def feed(self, data: bytes) -> bytes:
+        limits = self.limits
+        self.received += len(data)
+        if self.received > limits.max_body_bytes:
+            raise WireError(WireKind.TOO_LARGE, "BodyTooLarge", f"over {limits.max_body_bytes} bytes")
+        if self.inflater is None:
+            self.decoded += len(data)
+            return data
+        try:
+            out = self.inflater.decompress(data, limits.max_decoded_bytes - self.decoded + 1)
+        except zlib.error:
+            raise WireError(WireKind.DECODE, "ContentDecodingError") from None
+        self.decoded += len(out)
+        check_decoded(self.decoded, self.received, limits)
+        return out
+
+
+class LineSplitter:
+    """Bytes in, lines out (without their line ends), each line at most ``max_line`` bytes.
+
+    One per stream; shared by every transport so an endless line fails the same way on each.
+    """
+
+    __slots__ = ("max_line", "rest")
+
+    def __init__(self, max_line: int) -> None:
+        self.max_line = max_line
+        self.rest = b""
+
+    def feed(self, data: bytes) -> list[str]:
+        """The lines completed by ``data``; raises ``TOO_LARGE`` when a line passes the limit."""
+        if self.rest:
+            data = self.rest + data
+        if b"\n" not in data:
+            self.rest = data
+            complete: list[bytes] = []
+        else:
+            *complete, self.rest = data.split(b"\n")
+        if len(self.rest) > self.max_line or any(len(line) > self.max_line for line in complete):
+            raise WireError(WireKind.TOO_LARGE, "LineTooLong", f"a line over {self.max_line} bytes")
+        return [line.decode("utf-8", "replace").rstrip("\r") for line in complete]
+
+    def end(self) -> list[str]:
+        """The last line, when the body did not end with a line end."""
+        rest, self.rest = self.rest, b""
+        return [rest.decode("utf-8", "replace").rstrip("\r")] if rest else []
+
+
 class WireKind(enum.Enum):
     """How a request failed below HTTP: what the client's retry policy and messages need to know."""
 
@@ -53,7 +204,10 @@ class WireKind(enum.Enum):
     POOL_TIMEOUT = "pool timeout"  # no free connection in time (httpx2 without a budget only)
     READ_TIMEOUT = "read timeout"  # accepted, no answer in time: not retried by default
     WRITE_TIMEOUT = "write timeout"
-    CONNECT = "connect"  # refused, DNS, TLS handshake or certificate: retried
+    CONNECT = "connect"  # refused, DNS, TLS handshake: retried
+    TLS_VERIFY = "tls verification"  # the certificate did not verify: a configuration error
+    TOO_LARGE = "too large"  # an answer over a size limit (see WireLimits): not retried
+    CONFIG = "config"  # can never work as set up (a proxy it cannot speak, proxy credentials)
     DROPPED = "dropped"  # closed or malformed before a complete response (stale keep-alive): retried
     UNSUPPORTED = "unsupported"  # not an http(s) URL
     DECODE = "decode"  # a body its content-encoding cannot decode
@@ -130,7 +284,8 @@ class StreamReply(Protocol):
         ...
 
     def lines(self) -> AsyncIterator[str]:
-        """The body's lines without their line ends; raises :class:`WireError`."""
+        """The body's lines without their line ends, each within the request's
+        ``max_line_bytes``; raises :class:`WireError`."""
         ...
 
 
@@ -146,11 +301,21 @@ class WireLane(Protocol):
     gate: asyncio.Semaphore | None
 
     async def post(
-        self, url: str, body: Mapping[str, Any], headers: Mapping[str, str], phases: httpx2.Timeout
+        self,
+        url: str,
+        body: Mapping[str, Any],
+        headers: Mapping[str, str],
+        phases: httpx2.Timeout,
+        limits: WireLimits = ...,
     ) -> Reply: ...
 
     def stream(
-        self, url: str, body: Mapping[str, Any], headers: Mapping[str, str], phases: httpx2.Timeout
+        self,
+        url: str,
+        body: Mapping[str, Any],
+        headers: Mapping[str, str],
+        phases: httpx2.Timeout,
+        limits: WireLimits = ...,
     ) -> AbstractAsyncContextManager[StreamReply]: ...
 
 
@@ -163,13 +328,20 @@ class WirePool(Protocol):
 
 
 __all__ = [
+    "CHECK_LIMITS",
+    "MAIN_LIMITS",
+    "BodyDecoder",
     "BodyReply",
+    "LineSplitter",
     "Reply",
     "StreamReply",
     "WireError",
     "WireKind",
     "WireLane",
+    "WireLimits",
     "WirePool",
+    "check_decoded",
+    "decode_body",
     "dumps_body",
     "loads_body",
 ]

@@ -18,6 +18,7 @@ from guardcache.errors import ConfigError
 from guardcache.flows import KNOWN_FLOWS, FlowRef
 from guardcache.llm.client import ChatClient
 from guardcache.llm.transport import split_parameters
+from guardcache.llm.wire import CHECK_LIMITS, MAIN_LIMITS
 from guardcache.rails.caches import build_cache
 from guardcache.rails.rail import Rail
 
@@ -35,6 +36,8 @@ def build_client(model: ModelConfig) -> ChatClient:
         api_key=model.api_key(),
         provider=PROVIDERS.get(model.engine, model.engine),
         default_base_url=model.base_url,
+        # A guard's answer is a verdict of a few tokens; the main model's can be long.
+        limits=MAIN_LIMITS if model.type == "main" else CHECK_LIMITS,
     )
 
 

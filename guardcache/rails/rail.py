@@ -3,9 +3,13 @@
 What decides a rail, in order:
 - a verdict from the model (fresh or cached): allowed or blocked as it says;
 - an input the guard cannot judge because of the input itself (``InputRejectedError``: too long,
-  not valid Unicode, refused by the backend as a bad request) or an answer that cannot be read as
-  a verdict: **blocked, whatever** ``on_error`` **says** — a user can cause these at will, so they
-  must never turn a check off;
+  not valid Unicode, refused by the backend as a bad request, or declined by the guard model: a
+  refusal, a content filter, no text), or an answer that cannot be read as a verdict: **blocked,
+  whatever** ``on_error`` **says** — a user can cause these at will, so they must never turn a
+  check off;
+- a backend that can never answer as configured (``BackendMisconfiguredError``: a redirect, 401,
+  403, 404, a TLS certificate that does not verify): **blocked, whatever** ``on_error`` **says**,
+  logged at ERROR (at most one line per 10 s) — a guard that cannot answer must not become no guard;
 - a backend that gave no answer (timeout, 5xx/429 after retries, refused connection): an outage,
   decided by the explicit policy, ``block`` (fail closed, the default) or ``allow``;
 - a bug (any other exception): blocked, and logged with its traceback.
@@ -23,10 +27,21 @@ from typing import Any
 
 from guardcache.checks.check import Check
 from guardcache.checks.verdict import RailResult
-from guardcache.errors import BackendError, InputRejectedError, ParseError
+from guardcache.errors import (
+    BackendDeclinedError,
+    BackendError,
+    BackendMisconfiguredError,
+    InputRejectedError,
+    ParseError,
+)
 from guardcache.flows import FlowRef, FlowSpec
+from guardcache.llm.logs import RateLimitedLog
 
 log = logging.getLogger(__name__)
+
+_MISCONFIGURED_LOG = RateLimitedLog(log, interval=10.0)
+"""One ERROR line per 10 s for misconfigured backends (every check fails the same way until an
+operator acts; a line per check would flood the log)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -49,7 +64,10 @@ class Rail:
         try:
             outcome = await self.check.run(variables, deadline)
         except InputRejectedError as exc:  # before BackendError: a backend 400 is both
-            return self._result(exc, started, allowed=False, why="the input cannot be judged")
+            why = "the guard declined to judge it" if isinstance(exc, BackendDeclinedError) else None
+            return self._result(exc, started, allowed=False, why=why or "the input cannot be judged")
+        except BackendMisconfiguredError as exc:  # a guard that can never answer is not no guard
+            return self._misconfigured(exc, started)
         except BackendError as exc:
             allowed = self.on_error == "allow"
             return self._result(exc, started, allowed=allowed, why=f"on_error={self.on_error}")
@@ -71,6 +89,17 @@ class Rail:
             duration=outcome.duration,
             error=outcome.error,
         )
+
+    def _misconfigured(self, exc: BackendMisconfiguredError, started: float) -> RailResult:
+        reason = f"{type(exc).__name__}: {exc}"
+        _MISCONFIGURED_LOG.log(
+            logging.ERROR,
+            "rail %r cannot reach a working guard (%s); the backend is misconfigured, so every "
+            "check of this rail is blocked whatever on_error says until it is fixed",
+            self.name,
+            reason,
+        )
+        return RailResult(flow=self.name, allowed=False, duration=time.monotonic() - started, error=reason)
 
     def _result(self, exc: Exception, started: float, *, allowed: bool, why: str) -> RailResult:
         reason = f"{type(exc).__name__}: {exc}"  # guardcache's messages hold no user text

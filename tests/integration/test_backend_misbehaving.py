@@ -3,8 +3,8 @@ refuses the input makes it an unsafe input, and nothing the user wrote reaches l
 
 The misbehaving servers are a few lines of asyncio on 127.0.0.1 each, started by the test: a 429
 asking for 30 s, a body dripped a byte at a time, a connect that is never accepted, an error body
-that quotes the prompt. The burst test runs against the NIM emulator. Every test runs on both
-transports of the client (aiohttp, the default when installed, and httpx2), over real sockets.
+that quotes the prompt. The burst test runs against the NIM emulator. Every test runs on each
+network transport the project ships (tests/transport_support.py), over real sockets.
 """
 
 from __future__ import annotations
@@ -31,9 +31,10 @@ from guardcache.errors import (
 )
 from guardcache.llm import pool as pools
 from guardcache.llm.client import ChatClient
-from guardcache.llm.pool import ClientPool, aclose_all
+from guardcache.llm.pool import aclose_all
 from guardcache.testing.pytest_plugin import EmulatorFactory
 from tests.integration.rails_support import guard_config, user
+from tests.transport_support import TRANSPORTS, new_pool
 
 pytestmark = pytest.mark.integration
 
@@ -134,18 +135,10 @@ def never_accepting() -> Iterator[str]:
         listener.close()
 
 
-TRANSPORTS = ["aiohttp", "httpx2"]
-
-
 @pytest.fixture(autouse=True, params=TRANSPORTS)
 async def transport(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> AsyncIterator[str]:
-    """The default pool of ChatClients built without a pool: aiohttp's or httpx2's."""
-    if request.param == "aiohttp":  # a core dependency: never skipped
-        from guardcache.llm.aiohttp_pool import AiohttpPool
-
-        pool: pools.WirePool = AiohttpPool()
-    else:
-        pool = ClientPool()
+    """The default pool of ChatClients built without a pool: each network transport shipped."""
+    pool = new_pool(request.param)
     monkeypatch.setattr(pools, "_default_wire", pool)
     yield request.param
     await pool.aclose_all()
@@ -300,8 +293,8 @@ async def test_an_error_body_quoting_the_prompt_reaches_no_log_and_no_error(
     while error is not None:
         assert MARKER not in str(error)
         error = error.__cause__ or error.__context__
-    # Not a vacuous scan: the retry lines (500), httpx2's and httpcore2's debug lines (httpx2).
-    assert caplog.records or (status == 400 and transport == "aiohttp")
+    # Not a vacuous scan where there are lines: the retry lines (500).
+    assert caplog.records or status == 400
     for record in caplog.records:
         assert MARKER not in record.getMessage(), record.name
 

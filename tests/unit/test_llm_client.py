@@ -18,10 +18,14 @@ from hypothesis import strategies as st
 
 from guardcache.errors import (
     BackendConnectionError,
+    BackendDeclinedError,
     BackendError,
+    BackendMisconfiguredError,
     BackendProtocolError,
+    BackendRefusedConfigError,
     BackendStatusError,
     BackendTimeoutError,
+    InputRejectedError,
 )
 from guardcache.llm.client import DEFAULT_TIMEOUT, ChatClient
 from guardcache.llm.pool import ClientPool, aclose_all, get_http_client
@@ -193,10 +197,13 @@ def test_parse_usage_is_lenient_and_sums_a_missing_total() -> None:
         httpx2.Response(200, json=[1, 2]),
         httpx2.Response(200, json={"object": "chat.completion"}),
         httpx2.Response(200, json={"choices": []}),
-        httpx2.Response(200, json=completion(content=None)),  # type: ignore[arg-type]
+        httpx2.Response(
+            200,
+            json={"choices": [{"message": {"content": None, "tool_calls": [{"id": "c"}]}}]},
+        ),
         httpx2.Response(200, json={"choices": [{"message": "hi"}]}),
     ],
-    ids=["not-json", "json-list", "no-choices", "empty-choices", "null-content", "bad-message"],
+    ids=["not-json", "json-list", "no-choices", "empty-choices", "tool-call", "bad-message"],
 )
 async def test_malformed_200_body_is_a_protocol_error_and_is_not_retried(
     response: httpx2.Response,
@@ -209,6 +216,40 @@ async def test_malformed_200_body_is_a_protocol_error_and_is_not_retried(
     assert info.value.status == 200
     assert info.value.url == URL
     assert URL in str(info.value)
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        {"choices": [{"message": {"role": "assistant", "content": None, "refusal": "I can't help"}}]},
+        {"choices": [{"message": {"content": None}, "finish_reason": "content_filter"}]},
+        {"choices": [{"message": {"content": "safe"}, "finish_reason": "content_filter"}]},
+        {"choices": [{"message": {"content": None}, "finish_reason": "stop"}]},
+    ],
+    ids=["refusal", "filtered-null", "filtered-with-text", "null-content"],
+)
+async def test_a_declined_answer_is_its_own_error_an_unsafe_input_never_retried(body: dict[str, Any]) -> None:
+    script = Script(httpx2.Response(200, json=body))
+    async with script.client() as client:
+        with pytest.raises(BackendDeclinedError) as info:
+            await client.complete(MESSAGES)
+    assert isinstance(info.value, InputRejectedError)  # the rail blocks it whatever on_error says
+    assert len(script.requests) == 1
+    assert "I can't help" not in str(info.value)  # a refusal can quote the user
+
+
+@pytest.mark.parametrize("status", [301, 302, 307, 308, 401, 403, 404])
+async def test_a_redirect_or_an_auth_or_not_found_status_is_a_misconfiguration_never_retried(
+    status: int,
+) -> None:
+    headers = {"Location": "http://elsewhere.test/v1/chat/completions"} if status < 400 else {}
+    script = Script(httpx2.Response(status, headers=headers), ok())
+    async with script.client() as client:
+        with pytest.raises(BackendRefusedConfigError) as info:
+            await client.complete(MESSAGES)
+    assert isinstance(info.value, BackendMisconfiguredError)
+    assert info.value.status == status
+    assert len(script.requests) == 1  # neither retried nor followed
 
 
 # --- retries on status ---------------------------------------------------------------------------

@@ -1,9 +1,11 @@
-"""The hand-written HTTP/1.1 client (guardcache.llm.h1_pool) against scripted servers over real sockets.
+"""The transport contract: every network transport the project ships (guardcache's own HTTP/1.1
+client, and httpx2's stack behind the same WireLane) against scripted servers over real sockets.
 
-Every test starts a small ``asyncio.start_server`` on 127.0.0.1 (port 0) that records the connections
-it accepted, the raw requests it read and whether each connection was closed by the client (EOF), and
-answers each request per a script: canned bytes, or a coroutine that writes (slowly, in pieces),
-closes, hangs... Nothing of the client or its transport is mocked.
+The same tests run on each (the ``pool`` fixture is parametrized over ``TRANSPORTS``): keep-alive
+reuse, framing and codings, dropped connections, deadlines, retries and Retry-After, cancellation,
+streams, header injection, unsolicited bytes, error statuses. Tests of one transport's own
+machinery (h1's idle list, its lingering stream end) take the ``h1pool`` fixture instead. The
+servers are in tests/transport_support.py; nothing of the client or its transport is mocked.
 """
 
 from __future__ import annotations
@@ -16,7 +18,6 @@ import struct
 import time
 import zlib
 from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Sequence
-from dataclasses import dataclass
 from typing import Any
 
 import httpx2
@@ -29,320 +30,37 @@ from guardcache.errors import (
     BackendStatusError,
     BackendTimeoutError,
 )
-from guardcache.llm.aiohttp_pool import AiohttpLane
 from guardcache.llm.client import ChatClient
 from guardcache.llm.h1_pool import H1Lane, H1Pool
 from guardcache.llm.retry import RetryPolicy
-from guardcache.rails.main_llm import ClientLLM, StreamTotals
-
-MODEL = "test-model"
-PROXY_VARS = ("HTTP_PROXY", "http_proxy", "HTTPS_PROXY", "https_proxy", "ALL_PROXY", "all_proxy")
-NO_PROXY_VARS = ("NO_PROXY", "no_proxy")
-EOF_WAIT = 2.0  # generous: a loaded 2-core VM
-
-
-# -- the scripted server ------------------------------------------------------------------------
-
-
-@dataclass
-class Request:
-    """One request as the server read it off the wire."""
-
-    conn: int  # index of the connection it came on (0: the first accepted)
-    line: str
-    headers: list[tuple[str, str]]
-    body: bytes
-    raw: bytes
-
-    def header(self, name: str) -> str | None:
-        values = [value for key, value in self.headers if key.lower() == name.lower()]
-        assert len(values) <= 1, f"header {name!r} sent {len(values)} times"
-        return values[0] if values else None
-
-    def json(self) -> Any:
-        return json.loads(self.body)
-
-
-class Conn:
-    """The server's side of one accepted connection."""
-
-    def __init__(self, index: int, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        self.index = index
-        self.reader = reader
-        self.writer = writer
-        self.eof = asyncio.Event()  # the client closed (or reset) the connection
-        self.closed_by_server = False
-        self.extra = b""  # bytes read that were not part of a request
-
-    async def read_request(self) -> Request | None:
-        """The next request, or None at EOF."""
-        try:
-            head = await self.reader.readuntil(b"\r\n\r\n")
-        except asyncio.IncompleteReadError as exc:
-            self.extra += exc.partial
-            self.eof.set()
-            return None
-        except ConnectionError:
-            self.eof.set()
-            return None
-        text = head[:-4].decode("latin-1")
-        line, *rest = text.split("\r\n")
-        headers = []
-        for item in rest:
-            name, _, value = item.partition(":")
-            headers.append((name, value.strip()))
-        lengths = [value for name, value in headers if name.lower() == "content-length"]
-        body = await self.reader.readexactly(int(lengths[0])) if lengths else b""
-        return Request(self.index, line, headers, body, head + body)
-
-    async def write(self, data: bytes) -> None:
-        self.writer.write(data)
-        await self.writer.drain()
-
-    async def wait_eof(self, within: float) -> bool:
-        """Read until the client closes the connection (True) or ``within`` seconds pass (False)."""
-        try:
-            async with asyncio.timeout(within):
-                while True:
-                    data = await self.reader.read(65536)
-                    if not data:
-                        self.eof.set()
-                        return True
-                    self.extra += data
-        except TimeoutError:
-            return False
-        except ConnectionError:
-            self.eof.set()
-            return True
-
-    def close(self) -> None:
-        self.closed_by_server = True
-        self.writer.close()
-
-
-Step = bytes | Callable[[Conn, Request], Awaitable[None]]
-"""How the server answers one request: bytes to write, or a coroutine function that does it."""
-
-
-class ScriptServer:
-    """Answers request ``i`` (counted over all connections) with ``script[i]``; the last one repeats."""
-
-    def __init__(self, script: Step | Sequence[Step]) -> None:
-        self.script: list[Step] = [script] if isinstance(script, bytes) or callable(script) else list(script)
-        self.conns: list[Conn] = []
-        self.requests: list[Request] = []
-        self.received = asyncio.Event()  # set at each request read
-        self._tasks: set[asyncio.Task[Any]] = set()
-        self._server: asyncio.Server | None = None
-        self.port = 0
-
-    async def start(self) -> ScriptServer:
-        self._server = await asyncio.start_server(self._handle, "127.0.0.1", 0)
-        self.port = self._server.sockets[0].getsockname()[1]
-        return self
-
-    @property
-    def base_url(self) -> str:
-        return f"http://127.0.0.1:{self.port}/v1"
-
-    @property
-    def connections(self) -> int:
-        return len(self.conns)
-
-    async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        task = asyncio.current_task()
-        assert task is not None
-        self._tasks.add(task)
-        conn = Conn(len(self.conns), reader, writer)
-        self.conns.append(conn)
-        try:
-            while not conn.closed_by_server:
-                request = await conn.read_request()
-                if request is None:
-                    break
-                self.requests.append(request)
-                self.received.set()
-                step = self.script[min(len(self.requests) - 1, len(self.script) - 1)]
-                if isinstance(step, bytes):
-                    await conn.write(step)
-                else:
-                    await step(conn, request)
-        except (ConnectionError, asyncio.IncompleteReadError):
-            conn.eof.set()
-        except asyncio.CancelledError:
-            pass  # only aclose() cancels a handler: ending quietly keeps asyncio from logging it
-        finally:
-            self._tasks.discard(task)
-            writer.close()
-
-    async def wait_eof(self, *indexes: int, within: float = EOF_WAIT) -> None:
-        """Until each of these connections was closed by the client; fails the test after ``within`` s."""
-        try:
-            async with asyncio.timeout(within):
-                for index in indexes:
-                    await self.conns[index].eof.wait()
-        except TimeoutError:
-            open_ = [i for i in indexes if not self.conns[i].eof.is_set()]
-            pytest.fail(f"the client did not close connection(s) {open_} within {within} s")
-
-    async def count_eofs(self, at_least: int, within: float = EOF_WAIT) -> int:
-        """How many connections the client closed, once ``at_least`` did or ``within`` s passed."""
-        waits = [asyncio.ensure_future(conn.eof.wait()) for conn in self.conns]
-        try:
-            async with asyncio.timeout(within):
-                while sum(w.done() for w in waits) < at_least:
-                    pending = [w for w in waits if not w.done()]
-                    await asyncio.wait(pending, return_when=asyncio.FIRST_COMPLETED)
-        except TimeoutError:
-            pass
-        finally:
-            for w in waits:
-                w.cancel()
-            await asyncio.gather(*waits, return_exceptions=True)
-        return sum(conn.eof.is_set() for conn in self.conns)
-
-    async def aclose(self) -> None:
-        assert self._server is not None
-        self._server.close()
-        for conn in self.conns:
-            conn.writer.close()  # a handler waiting for bytes sees EOF and ends
-        tasks = list(self._tasks)
-        if tasks:
-            _, pending = await asyncio.wait(tasks, timeout=1.0)
-            for task in pending:
-                task.cancel()
-            await asyncio.gather(*pending, return_exceptions=True)
-        await self._server.wait_closed()
-
-
-# -- answers ------------------------------------------------------------------------------------
-
-
-def completion(content: str) -> bytes:
-    body = {
-        "id": "chatcmpl-1",
-        "object": "chat.completion",
-        "model": MODEL,
-        "choices": [
-            {"index": 0, "message": {"role": "assistant", "content": content}, "finish_reason": "stop"}
-        ],
-        "usage": {"prompt_tokens": 3, "completion_tokens": 1, "total_tokens": 4},
-    }
-    return json.dumps(body, ensure_ascii=False).encode()
-
-
-def chunked(body: bytes, size: int, trailer: bytes = b"") -> bytes:
-    out = [b"%x\r\n%s\r\n" % (len(body[i : i + size]), body[i : i + size]) for i in range(0, len(body), size)]
-    return b"".join(out) + b"0\r\n" + trailer + b"\r\n"
-
-
-def response(
-    body: bytes,
-    *,
-    status: int = 200,
-    reason: str = "OK",
-    headers: Sequence[tuple[str, str]] = (("Content-Type", "application/json"),),
-    framing: str = "length",
-    chunk: int = 16,
-) -> bytes:
-    """A whole HTTP/1.1 response; ``framing``: "length", "chunked" or "close" (neither)."""
-    lines = [f"HTTP/1.1 {status} {reason}", *(f"{name}: {value}" for name, value in headers)]
-    if framing == "length":
-        lines.append(f"Content-Length: {len(body)}")
-    elif framing == "chunked":
-        lines.append("Transfer-Encoding: chunked")
-        body = chunked(body, chunk)
-    head = ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1")
-    return head + body
-
-
-def answer(content: str, **kwargs: Any) -> bytes:
-    return response(completion(content), **kwargs)
-
-
-async def echo(conn: Conn, request: Request) -> None:
-    """Answers with ``echo:`` and the last message's content."""
-    await conn.write(answer("echo:" + request.json()["messages"][-1]["content"]))
-
-
-def slow(data: bytes, delay: float) -> Step:
-    """Writes ``data`` after ``delay`` seconds, unless the client hangs up first."""
-
-    async def step(conn: Conn, request: Request) -> None:
-        if not await conn.wait_eof(delay):
-            await conn.write(data)
-
-    return step
-
-
-def drip(data: bytes, size: int = 7, pause: float = 0.001) -> Step:
-    """Writes ``data`` ``size`` bytes at a time, ``pause`` seconds apart."""
-
-    async def step(conn: Conn, request: Request) -> None:
-        for i in range(0, len(data), size):
-            await conn.write(data[i : i + size])
-            await asyncio.sleep(pause)
-
-    return step
-
-
-def then_close(data: bytes) -> Step:
-    """Writes ``data``, then closes the connection."""
-
-    async def step(conn: Conn, request: Request) -> None:
-        await conn.write(data)
-        conn.close()
-
-    return step
-
-
-async def hang_up(conn: Conn, request: Request) -> None:
-    """Reads the request and closes the connection without a byte of answer."""
-    conn.close()
-
-
-async def hang(conn: Conn, request: Request) -> None:
-    """Reads the request and never answers (until the client closes the connection)."""
-    await conn.wait_eof(30.0)
-
-
-def sse_body(pieces: Sequence[str]) -> bytes:
-    events: list[dict[str, Any]] = []
-    for piece in pieces:
-        chunk = {
-            "id": "chatcmpl-1",
-            "object": "chat.completion.chunk",
-            "model": MODEL,
-            "choices": [{"index": 0, "delta": {"content": piece}, "finish_reason": None}],
-        }
-        events.append(chunk)
-    events.append(
-        {
-            "id": "chatcmpl-1",
-            "object": "chat.completion.chunk",
-            "model": MODEL,
-            "choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}],
-        }
-    )
-    usage = {"prompt_tokens": 5, "completion_tokens": len(pieces), "total_tokens": 5 + len(pieces)}
-    events.append({"id": "chatcmpl-1", "object": "chat.completion.chunk", "choices": [], "usage": usage})
-    text = "".join(f"data: {json.dumps(event, ensure_ascii=False)}\n\n" for event in events)
-    return (text + "data: [DONE]\n\n").encode()
-
-
-SSE_HEADERS = (("Content-Type", "text/event-stream"), ("Cache-Control", "no-cache"))
-
-
-async def first_event_then_wait(conn: Conn, request: Request) -> None:
-    """Sends a stream's head and its first event, then nothing until the client closes."""
-    first = sse_body(["first"]).split(b"\n\n")[0] + b"\n\n"
-    head = b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n"
-    await conn.write(head + b"%x\r\n%s\r\n" % (len(first), first))
-    await conn.wait_eof(10.0)
-
-
-PIECES = ["Hel", "lo", ", wör", "ld ", "😀", " ✓", "!"]
-
+from guardcache.llm.stream import StreamTotals
+from guardcache.llm.wire import WirePool
+from guardcache.rails.main_llm import ClientLLM
+from tests.transport_support import (
+    EOF_WAIT,
+    MODEL,
+    NO_PROXY_VARS,
+    PIECES,
+    PROXY_VARS,
+    SSE_HEADERS,
+    TRANSPORTS,
+    Conn,
+    Request,
+    ScriptServer,
+    Step,
+    answer,
+    completion,
+    drip,
+    echo,
+    first_event_then_wait,
+    hang,
+    hang_up,
+    new_pool,
+    response,
+    slow,
+    sse_body,
+    then_close,
+)
 
 # -- fixtures and helpers -----------------------------------------------------------------------
 
@@ -371,8 +89,15 @@ async def serve() -> AsyncIterator[ServerFactory]:
         await server.aclose()
 
 
+@pytest.fixture(params=TRANSPORTS)
+async def pool(request: pytest.FixtureRequest) -> AsyncIterator[WirePool]:
+    wire = new_pool(request.param)
+    yield wire
+    await wire.aclose_all()
+
+
 @pytest.fixture
-async def pool() -> AsyncIterator[H1Pool]:
+async def h1pool() -> AsyncIterator[H1Pool]:
     h1 = H1Pool()
     yield h1
     await h1.aclose_all()
@@ -380,7 +105,7 @@ async def pool() -> AsyncIterator[H1Pool]:
 
 def make_client(
     server: ScriptServer,
-    pool: H1Pool,
+    pool: WirePool,
     *,
     retries: int = 0,
     timeout: float | httpx2.Timeout = 5.0,
@@ -390,7 +115,7 @@ def make_client(
     return ChatClient(server.base_url, model=MODEL, pool=pool, retry=retry, timeout=timeout, **kwargs)
 
 
-def lane_of(pool: H1Pool, server: ScriptServer) -> H1Lane:
+def lane_of(pool: WirePool, server: ScriptServer) -> H1Lane:
     lane = pool.lanes_for_running_loop()[server.base_url]
     assert isinstance(lane, H1Lane)
     return lane
@@ -411,7 +136,7 @@ def free_port() -> int:
 # -- 1. keep-alive and the request on the wire --------------------------------------------------
 
 
-async def test_twenty_sequential_calls_share_one_connection(serve: ServerFactory, pool: H1Pool) -> None:
+async def test_twenty_sequential_calls_share_one_connection(serve: ServerFactory, pool: WirePool) -> None:
     server = await serve(echo)
     client = make_client(server, pool)
     answers = [(await client.complete(ask(f"q{i}"))).content for i in range(20)]
@@ -422,7 +147,7 @@ async def test_twenty_sequential_calls_share_one_connection(serve: ServerFactory
     assert len(lane_of(pool, server).idle) == 1
 
 
-async def test_request_is_one_well_formed_post(serve: ServerFactory, pool: H1Pool) -> None:
+async def test_request_is_one_well_formed_post(serve: ServerFactory, pool: WirePool) -> None:
     server = await serve(answer("ok"))
     client = make_client(server, pool, api_key="sk-test-123", default_headers={"X-Route": "blue"})
     text = "héllo wörld € 😀"
@@ -442,7 +167,7 @@ async def test_request_is_one_well_formed_post(serve: ServerFactory, pool: H1Poo
     assert request.json() == {"model": MODEL, "messages": ask(text), "temperature": 0.0}
 
 
-async def test_no_authorization_header_without_api_key(serve: ServerFactory, pool: H1Pool) -> None:
+async def test_no_authorization_header_without_api_key(serve: ServerFactory, pool: WirePool) -> None:
     server = await serve(answer("ok"))
     await make_client(server, pool).complete(ask("hi"))
     assert server.requests[0].header("Authorization") is None
@@ -452,7 +177,7 @@ async def test_no_authorization_header_without_api_key(serve: ServerFactory, poo
 
 
 async def test_chunked_json_response_is_read_and_connection_reused(
-    serve: ServerFactory, pool: H1Pool
+    serve: ServerFactory, pool: WirePool
 ) -> None:
     long_text = "chunked " * 500
     server = await serve(
@@ -468,7 +193,7 @@ async def test_chunked_json_response_is_read_and_connection_reused(
     assert server.connections == 1
 
 
-async def test_gzip_encoded_response_is_decoded(serve: ServerFactory, pool: H1Pool) -> None:
+async def test_gzip_encoded_response_is_decoded(serve: ServerFactory, pool: WirePool) -> None:
     headers = (("Content-Type", "application/json"), ("Content-Encoding", "gzip"))
     server = await serve(
         [
@@ -482,13 +207,13 @@ async def test_gzip_encoded_response_is_decoded(serve: ServerFactory, pool: H1Po
     assert server.connections == 1
 
 
-async def test_deflate_encoded_response_is_decoded(serve: ServerFactory, pool: H1Pool) -> None:
+async def test_deflate_encoded_response_is_decoded(serve: ServerFactory, pool: WirePool) -> None:
     headers = (("Content-Type", "application/json"), ("Content-Encoding", "deflate"))
     server = await serve(response(zlib.compress(completion("deflated")), headers=headers))
     assert (await make_client(server, pool).complete(ask("a"))).content == "deflated"
 
 
-async def test_brotli_response_is_a_protocol_error_not_retried(serve: ServerFactory, pool: H1Pool) -> None:
+async def test_brotli_response_is_a_protocol_error_not_retried(serve: ServerFactory, pool: WirePool) -> None:
     headers = (("Content-Type", "application/json"), ("Content-Encoding", "br"))
     server = await serve(response(b"\x1b\x03\x00\xf8\xa5\x02", headers=headers))
     client = make_client(server, pool, retries=2)
@@ -502,7 +227,7 @@ async def test_brotli_response_is_a_protocol_error_not_retried(serve: ServerFact
 
 @pytest.mark.parametrize("pause", [0.0, 0.1])
 async def test_idle_connection_closed_by_server_is_replaced_transparently(
-    serve: ServerFactory, pool: H1Pool, pause: float
+    serve: ServerFactory, pool: WirePool, pause: float
 ) -> None:
     server = await serve([then_close(answer("one")), answer("two")])
     client = make_client(server, pool, retries=0)
@@ -516,7 +241,7 @@ async def test_idle_connection_closed_by_server_is_replaced_transparently(
 
 
 async def test_reused_connection_dying_before_any_byte_is_resent_once_on_a_fresh_one(
-    serve: ServerFactory, pool: H1Pool
+    serve: ServerFactory, pool: WirePool
 ) -> None:
     # The race a keep-alive client must survive: the server reads request 2 on the old connection
     # and closes it without a byte (it had decided to close while idle).
@@ -532,7 +257,7 @@ async def test_reused_connection_dying_before_any_byte_is_resent_once_on_a_fresh
 
 
 async def test_fresh_connection_closed_without_answer_is_not_resent(
-    serve: ServerFactory, pool: H1Pool
+    serve: ServerFactory, pool: WirePool
 ) -> None:
     server = await serve([hang_up, answer("never")])
     client = make_client(server, pool, retries=0)
@@ -542,7 +267,7 @@ async def test_fresh_connection_closed_without_answer_is_not_resent(
     assert server.connections == 1
 
 
-async def test_connection_closed_mid_body_is_a_connection_error(serve: ServerFactory, pool: H1Pool) -> None:
+async def test_connection_closed_mid_body_is_a_connection_error(serve: ServerFactory, pool: WirePool) -> None:
     whole = answer("this answer is cut")
     server = await serve(then_close(whole[: len(whole) - 10]))
     client = make_client(server, pool, retries=0)
@@ -555,7 +280,7 @@ async def test_connection_closed_mid_body_is_a_connection_error(serve: ServerFac
 
 
 async def test_read_timeout_phase_raises_timeout_and_closes_connection(
-    serve: ServerFactory, pool: H1Pool
+    serve: ServerFactory, pool: WirePool
 ) -> None:
     server = await serve(hang)
     timeout = httpx2.Timeout(connect=1.0, read=0.3, write=1.0, pool=None)
@@ -570,7 +295,7 @@ async def test_read_timeout_phase_raises_timeout_and_closes_connection(
 
 
 async def test_whole_call_budget_raises_timeout_and_closes_connection(
-    serve: ServerFactory, pool: H1Pool
+    serve: ServerFactory, pool: WirePool
 ) -> None:
     server = await serve(hang)
     client = make_client(server, pool, timeout=0.5)
@@ -583,7 +308,7 @@ async def test_whole_call_budget_raises_timeout_and_closes_connection(
     assert lane_of(pool, server).idle == []
 
 
-async def test_read_timeout_on_reused_connection_is_not_resent(serve: ServerFactory, pool: H1Pool) -> None:
+async def test_read_timeout_on_reused_connection_is_not_resent(serve: ServerFactory, pool: WirePool) -> None:
     # The lane re-sends only when a reused connection DIED before any byte; a server that is merely
     # slow got the request and may be working on it: a second copy doubles the wait and its load.
     server = await serve([answer("one"), hang, answer("late copy")])
@@ -603,7 +328,7 @@ async def test_read_timeout_on_reused_connection_is_not_resent(serve: ServerFact
     assert 0.25 <= elapsed < 2.0
 
 
-async def test_read_timeout_is_reset_by_each_byte(serve: ServerFactory, pool: H1Pool) -> None:
+async def test_read_timeout_is_reset_by_each_byte(serve: ServerFactory, pool: WirePool) -> None:
     # The whole answer takes ~1 s, more than the 0.6 s read timeout, but no gap reaches it.
     data = answer("dripped")
     server = await serve(drip(data, size=max(1, len(data) // 10), pause=0.1))
@@ -614,7 +339,7 @@ async def test_read_timeout_is_reset_by_each_byte(serve: ServerFactory, pool: H1
     assert time.monotonic() - started > 0.6  # longer than the read timeout as a whole
 
 
-async def test_connection_refused_is_a_connection_error(pool: H1Pool) -> None:
+async def test_connection_refused_is_a_connection_error(pool: WirePool) -> None:
     url = f"http://127.0.0.1:{free_port()}/v1"
     client = ChatClient(url, model=MODEL, pool=pool, retry=RetryPolicy(max_retries=1, backoff_initial=0.01))
     started = time.monotonic()
@@ -626,7 +351,9 @@ async def test_connection_refused_is_a_connection_error(pool: H1Pool) -> None:
 # -- 7. cancellation ----------------------------------------------------------------------------
 
 
-async def test_cancelled_call_never_hands_its_answer_to_the_next(serve: ServerFactory, pool: H1Pool) -> None:
+async def test_cancelled_call_never_hands_its_answer_to_the_next(
+    serve: ServerFactory, pool: WirePool
+) -> None:
     server = await serve([slow(answer("A"), 0.5), answer("B")])
     client = make_client(server, pool)
     with pytest.raises(TimeoutError):
@@ -638,7 +365,7 @@ async def test_cancelled_call_never_hands_its_answer_to_the_next(serve: ServerFa
     assert [r.json()["messages"][0]["content"] for r in server.requests] == ["first", "second"]
 
 
-async def test_task_cancel_closes_connection(serve: ServerFactory, pool: H1Pool) -> None:
+async def test_task_cancel_closes_connection(serve: ServerFactory, pool: WirePool) -> None:
     server = await serve([slow(answer("A"), 0.5), answer("B")])
     client = make_client(server, pool)
     task = asyncio.create_task(client.complete(ask("first")))
@@ -662,7 +389,7 @@ async def collect(llm: ClientLLM, text: str, totals: StreamTotals | None = None)
 
 @pytest.mark.parametrize("framing", ["chunked", "length", "close"])
 async def test_sse_stream_split_in_tiny_writes_is_read_whole_and_in_order(
-    serve: ServerFactory, pool: H1Pool, framing: str
+    serve: ServerFactory, pool: WirePool, framing: str
 ) -> None:
     data = response(sse_body(PIECES), headers=SSE_HEADERS, framing=framing, chunk=23)
     step = drip(data, size=7) if framing != "close" else then_close_after(drip(data, size=7))
@@ -686,7 +413,7 @@ def then_close_after(step: Step) -> Step:
     return run
 
 
-async def test_connection_reused_after_a_complete_stream(serve: ServerFactory, pool: H1Pool) -> None:
+async def test_connection_reused_after_a_complete_stream(serve: ServerFactory, pool: WirePool) -> None:
     # The stream's last bytes (the chunked terminator "0\r\n\r\n") arrive after "data: [DONE]", as
     # they do from servers that write each event as it is produced: the connection must still be
     # kept once the whole message is in, not closed because [DONE] ended the reading first.
@@ -698,7 +425,9 @@ async def test_connection_reused_after_a_complete_stream(serve: ServerFactory, p
     assert server.connections == 1, "the connection of a complete stream was not reused"
 
 
-async def test_connection_reused_after_a_stream_sent_in_one_write(serve: ServerFactory, pool: H1Pool) -> None:
+async def test_connection_reused_after_a_stream_sent_in_one_write(
+    serve: ServerFactory, pool: WirePool
+) -> None:
     server = await serve(
         [response(sse_body(PIECES), headers=SSE_HEADERS, framing="chunked", chunk=64), answer("after")]
     )
@@ -708,7 +437,7 @@ async def test_connection_reused_after_a_stream_sent_in_one_write(serve: ServerF
     assert server.connections == 1
 
 
-async def test_abandoned_stream_closes_its_connection(serve: ServerFactory, pool: H1Pool) -> None:
+async def test_abandoned_stream_closes_its_connection(serve: ServerFactory, pool: WirePool) -> None:
     server = await serve([first_event_then_wait, answer("B")])
     client = make_client(server, pool)
     stream = ClientLLM(client).stream(ask("long"), StreamTotals())
@@ -725,14 +454,14 @@ async def test_abandoned_stream_closes_its_connection(serve: ServerFactory, pool
     assert server.conns[0].extra == b""
 
 
-async def test_gzip_encoded_sse_stream_is_decoded(serve: ServerFactory, pool: H1Pool) -> None:
+async def test_gzip_encoded_sse_stream_is_decoded(serve: ServerFactory, pool: WirePool) -> None:
     headers = (*SSE_HEADERS, ("Content-Encoding", "gzip"))
     data = response(gzip.compress(sse_body(PIECES)), headers=headers, framing="chunked", chunk=11)
     server = await serve(drip(data, size=5))
     assert await collect(ClientLLM(make_client(server, pool)), "zip it") == PIECES
 
 
-async def test_stream_stalling_after_its_head_is_a_read_timeout(serve: ServerFactory, pool: H1Pool) -> None:
+async def test_stream_stalling_after_its_head_is_a_read_timeout(serve: ServerFactory, pool: WirePool) -> None:
     server = await serve(first_event_then_wait)
     timeout = httpx2.Timeout(connect=1.0, read=0.3, write=1.0, pool=None)
     client = make_client(server, pool, timeout=timeout, deadline_s=5.0)
@@ -746,7 +475,7 @@ async def test_stream_stalling_after_its_head_is_a_read_timeout(serve: ServerFac
     await server.wait_eof(0)
 
 
-async def test_stream_error_status_body_is_read(serve: ServerFactory, pool: H1Pool) -> None:
+async def test_stream_error_status_body_is_read(serve: ServerFactory, pool: WirePool) -> None:
     body = json.dumps({"error": {"type": "server_error", "code": "overloaded"}}).encode()
     server = await serve([response(body, status=503, reason="Service Unavailable"), answer("after")])
     client = make_client(server, pool)
@@ -765,7 +494,7 @@ async def test_stream_error_status_body_is_read(serve: ServerFactory, pool: H1Po
     [{"X-Route": "blue\r\nX-Injected: 1"}, {"X-Route\r\nX-Injected": "1"}, {"X-Route": "a\nX-Injected: 1"}],
 )
 async def test_header_with_line_break_never_reaches_the_wire(
-    serve: ServerFactory, pool: H1Pool, headers: dict[str, str]
+    serve: ServerFactory, pool: WirePool, headers: dict[str, str]
 ) -> None:
     server = await serve(answer("ok"))
     client = make_client(server, pool, retries=2, default_headers=headers)
@@ -780,7 +509,7 @@ async def test_header_with_line_break_never_reaches_the_wire(
 # -- 10. connection: close and close-delimited bodies -------------------------------------------
 
 
-async def test_connection_close_response_is_not_reused(serve: ServerFactory, pool: H1Pool) -> None:
+async def test_connection_close_response_is_not_reused(serve: ServerFactory, pool: WirePool) -> None:
     closing = (("Content-Type", "application/json"), ("Connection", "close"))
     server = await serve([answer("one", headers=closing), answer("two")])  # the server does not close
     client = make_client(server, pool)
@@ -791,7 +520,7 @@ async def test_connection_close_response_is_not_reused(serve: ServerFactory, poo
     await server.wait_eof(0)  # the client closed it itself
 
 
-async def test_http10_response_is_not_reused(serve: ServerFactory, pool: H1Pool) -> None:
+async def test_http10_response_is_not_reused(serve: ServerFactory, pool: WirePool) -> None:
     old = answer("one").replace(b"HTTP/1.1", b"HTTP/1.0", 1)
     server = await serve([old, answer("two")])
     client = make_client(server, pool)
@@ -800,7 +529,7 @@ async def test_http10_response_is_not_reused(serve: ServerFactory, pool: H1Pool)
     assert server.connections == 2
 
 
-async def test_body_delimited_by_connection_close_is_read_whole(serve: ServerFactory, pool: H1Pool) -> None:
+async def test_body_delimited_by_connection_close_is_read_whole(serve: ServerFactory, pool: WirePool) -> None:
     long_text = "x" * 200_000 + "end"
     data = answer(long_text, framing="close")
 
@@ -819,7 +548,7 @@ async def test_body_delimited_by_connection_close_is_read_whole(serve: ServerFac
 
 
 async def test_close_delimited_body_cut_by_a_reset_is_a_connection_error(
-    serve: ServerFactory, pool: H1Pool
+    serve: ServerFactory, pool: WirePool
 ) -> None:
     # RFC 9112, 8: a body delimited by the close is complete "unless an error was indicated by the
     # underlying connection"; a reset is one.
@@ -865,7 +594,7 @@ async def test_burst_keeps_at_most_max_idle_connections(serve: ServerFactory) ->
 # -- 12. unsolicited bytes ----------------------------------------------------------------------
 
 
-async def test_unsolicited_bytes_on_idle_connection_drop_it(serve: ServerFactory, pool: H1Pool) -> None:
+async def test_unsolicited_bytes_on_idle_connection_drop_it(serve: ServerFactory, pool: WirePool) -> None:
     sent = asyncio.Event()
 
     async def answer_then_chatter(conn: Conn, request: Request) -> None:
@@ -889,7 +618,7 @@ async def test_unsolicited_bytes_on_idle_connection_drop_it(serve: ServerFactory
     ids=["200", "500"],
 )
 async def test_extra_response_in_same_write_never_mixes_into_the_answer(
-    serve: ServerFactory, pool: H1Pool, extra: bytes
+    serve: ServerFactory, pool: WirePool, extra: bytes
 ) -> None:
     # A broken server (or one answering twice) sends a second response right behind the first,
     # in the same packet: the first is the answer, whole; the rest is never read as any answer.
@@ -903,14 +632,14 @@ async def test_extra_response_in_same_write_never_mixes_into_the_answer(
 
 
 async def test_informational_1xx_response_in_the_same_write_is_skipped(
-    serve: ServerFactory, pool: H1Pool
+    serve: ServerFactory, pool: WirePool
 ) -> None:
     server = await serve(b"HTTP/1.1 100 Continue\r\n\r\n" + answer("final"))
     assert (await make_client(server, pool).complete(ask("a"))).content == "final"
 
 
 async def test_informational_1xx_response_sent_before_a_pause_is_skipped(
-    serve: ServerFactory, pool: H1Pool
+    serve: ServerFactory, pool: WirePool
 ) -> None:
     # RFC 9110, 15.2: a client must accept 1xx answers before the final one, even unasked for
     # (a proxy's "103 Early Hints", a server's "100 Continue").
@@ -929,7 +658,7 @@ async def test_informational_1xx_response_sent_before_a_pause_is_skipped(
 # -- 13. closing the pool -----------------------------------------------------------------------
 
 
-async def test_aclose_all_closes_idle_connections(serve: ServerFactory, pool: H1Pool) -> None:
+async def test_aclose_all_closes_idle_connections(serve: ServerFactory, pool: WirePool) -> None:
     server = await serve(slow(answer("ok"), 0.3))
     client = make_client(server, pool)
     await asyncio.gather(*(client.complete(ask(f"q{i}")) for i in range(3)))
@@ -941,39 +670,11 @@ async def test_aclose_all_closes_idle_connections(serve: ServerFactory, pool: H1
     assert lane.idle == []
 
 
-# -- 14. proxies from the environment -----------------------------------------------------------
-
-
-@pytest.mark.parametrize("variable", ["HTTP_PROXY", "http_proxy"])
-async def test_proxied_url_gets_an_aiohttp_lane(monkeypatch: pytest.MonkeyPatch, variable: str) -> None:
-    monkeypatch.setenv(variable, "http://127.0.0.1:9")
-    pool = H1Pool()
-    try:
-        assert isinstance(pool.lane("http://nim.test:8000/v1"), AiohttpLane)
-    finally:
-        await pool.aclose_all()
-
-
-@pytest.mark.parametrize("no_proxy", ["nim.test", "*", ".test", "localhost,nim.test"])
-async def test_no_proxy_host_keeps_the_h1_lane(monkeypatch: pytest.MonkeyPatch, no_proxy: str) -> None:
-    monkeypatch.setenv("HTTP_PROXY", "http://127.0.0.1:9")
-    monkeypatch.setenv("NO_PROXY", no_proxy)
-    pool = H1Pool()
-    try:
-        assert isinstance(pool.lane("http://nim.test:8000/v1"), H1Lane)
-    finally:
-        await pool.aclose_all()
-
-
-async def test_without_proxy_env_the_lane_is_h1(pool: H1Pool) -> None:
-    assert isinstance(pool.lane("http://nim.test:8000/v1"), H1Lane)
-
-
 # -- 15. HTTP error statuses --------------------------------------------------------------------
 
 
 async def test_429_with_retry_after_is_retried_on_the_same_connection(
-    serve: ServerFactory, pool: H1Pool
+    serve: ServerFactory, pool: WirePool
 ) -> None:
     limited = response(
         b'{"error": {"type": "rate_limit"}}',
@@ -990,7 +691,7 @@ async def test_429_with_retry_after_is_retried_on_the_same_connection(
     assert server.connections == 1
 
 
-async def test_500_body_is_classified_when_retries_run_out(serve: ServerFactory, pool: H1Pool) -> None:
+async def test_500_body_is_classified_when_retries_run_out(serve: ServerFactory, pool: WirePool) -> None:
     body = json.dumps({"error": {"message": "boom", "type": "server_error", "code": "engine_dead"}}).encode()
     server = await serve(response(body, status=500, reason="Internal Server Error", framing="chunked"))
     client = make_client(server, pool, retries=1)

@@ -1,0 +1,114 @@
+"""Reading a streamed chat completion (server-sent events) into text deltas.
+
+Why here, beside the client: a stream must fail exactly as a plain call does (the same lane,
+admission gate, headers, timeouts, limits and failure classification), so it is one of
+:class:`~guardcache.llm.client.ChatClient`'s calls (:meth:`~guardcache.llm.client.ChatClient.stream`)
+and not a second client reaching into the first one's private parts.
+
+Bounded: each line is at most ``WireLimits.max_line_bytes`` (the transport's line reader), each
+event's ``data:`` lines together at most ``max_event_bytes``, the whole body ``max_body_bytes``.
+A stream is not retried: a failure before the first token raises the same typed ``BackendError``
+a plain call would (after its one attempt); a failure after it ends the stream with that error.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from typing import TYPE_CHECKING
+
+from guardcache.errors import BackendError, BackendProtocolError
+from guardcache.llm.response import parse_usage
+from guardcache.llm.types import Usage
+from guardcache.llm.wire import WireError, WireKind, WireLimits, loads_body
+
+if TYPE_CHECKING:
+    from guardcache.llm.client import ChatClient
+
+
+class StreamTotals:
+    """What a finished stream reported besides its text: usage (``stream_options.include_usage``)
+    and the finish reason. Filled in by the stream as it ends."""
+
+    __slots__ = ("finish_reason", "usage")
+
+    def __init__(self) -> None:
+        self.usage: Usage | None = None
+        self.finish_reason: str | None = None
+
+
+async def read_events(
+    client: ChatClient, lines: AsyncIterator[str], totals: StreamTotals, limits: WireLimits
+) -> AsyncIterator[str]:
+    """The text deltas of an OpenAI chat completion stream, ``totals`` filled in as it ends.
+
+    Raises:
+        WireError: ``TOO_LARGE`` when one event's data passes ``limits.max_event_bytes``.
+        BackendProtocolError: an event that is not a JSON object, or a choice that is not one.
+        BackendError: an ``error`` event, or a stream that ended before its answer did.
+    """
+    done = False
+    loads = loads_body  # orjson when installed: each event is one decode
+    event_bytes = 0
+    max_event = limits.max_event_bytes
+    async for line in lines:
+        if not line.startswith("data:"):
+            if not line:
+                event_bytes = 0  # a blank line ends an event
+            continue  # ": keep-alive" comments, "event:" fields
+        data = line[5:].strip()
+        event_bytes += len(data)
+        if event_bytes > max_event:
+            raise WireError(WireKind.TOO_LARGE, "EventTooLarge", f"an event over {max_event} bytes")
+        if data == "[DONE]":
+            done = True
+            break
+        try:
+            event = loads(data)
+        except ValueError:
+            raise _protocol(client, "an event that is not JSON") from None
+        if not isinstance(event, dict):
+            raise _protocol(client, "an event that is not a JSON object")
+        if "error" in event:
+            raise BackendError(
+                f"{client.url} (model {client.model!r}) reported an error in its stream; check the "
+                "server's logs",
+                url=client.url,
+            )
+        usage = event.get("usage")
+        if isinstance(usage, dict):
+            model = event.get("model")
+            totals.usage = parse_usage(
+                usage,
+                model=model if isinstance(model, str) and model else client.model,
+                provider=client.provider,
+            )
+        choices = event.get("choices")
+        if not isinstance(choices, list) or not choices:
+            continue
+        choice = choices[0]
+        if not isinstance(choice, dict):
+            raise _protocol(client, "a choice that is not an object")
+        reason = choice.get("finish_reason")
+        if isinstance(reason, str):
+            totals.finish_reason = reason
+        delta = choice.get("delta")
+        content = delta.get("content") if isinstance(delta, dict) else None
+        if isinstance(content, str) and content:
+            yield content
+    if not done and totals.finish_reason is None:
+        raise BackendError(
+            f"the stream from {client.url} (model {client.model!r}) ended before the answer was "
+            "complete (no finish_reason, no [DONE]); check the server's logs",
+            url=client.url,
+        )
+
+
+def _protocol(client: ChatClient, what: str) -> BackendProtocolError:
+    return BackendProtocolError(
+        f"{client.url} streamed {what}; is base_url an OpenAI-compatible /v1 endpoint?",
+        status=200,
+        url=client.url,
+    )
+
+
+__all__ = ["StreamTotals", "read_events"]
