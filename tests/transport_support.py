@@ -10,9 +10,12 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import Awaitable, Callable, Sequence
+import ssl
+import threading
+from collections.abc import Awaitable, Callable, Coroutine, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
+from urllib.parse import urlsplit
 
 import pytest
 
@@ -335,3 +338,183 @@ async def first_event_then_wait(conn: Conn, request: Request) -> None:
 
 
 PIECES = ["Hel", "lo", ", wör", "ld ", "😀", " ✓", "!"]
+
+
+# -- hostile networks: a server on a loop of its own, TLS, a proxy -------------------------------
+
+T = TypeVar("T")
+
+
+class LoopThread:
+    """An event loop in a thread of its own, for a server that must keep going (and send when told)
+    while the test's own loop is blocked: bytes that arrive while the client's loop is busy stay in
+    the kernel's buffer, unseen by the client, until its loop next polls."""
+
+    def __init__(self) -> None:
+        self.loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(target=self.loop.run_forever, name="test-loop-thread", daemon=True)
+
+    def start(self) -> LoopThread:
+        self._thread.start()
+        return self
+
+    def call(self, coro: Coroutine[Any, Any, T], within: float = EOF_WAIT) -> T:
+        """Run ``coro`` on the thread's loop and wait for it, blocking the caller's loop."""
+        return asyncio.run_coroutine_threadsafe(coro, self.loop).result(within)
+
+    async def run(self, coro: Coroutine[Any, Any, T], within: float = EOF_WAIT) -> T:
+        """Run ``coro`` on the thread's loop; the caller's loop keeps running meanwhile."""
+        future = asyncio.run_coroutine_threadsafe(coro, self.loop)
+        return await asyncio.wait_for(asyncio.wrap_future(future), within)
+
+    def stop(self) -> None:
+        self.loop.call_soon_threadsafe(self.loop.stop)
+        self._thread.join(EOF_WAIT)
+        if not self._thread.is_alive():
+            self.loop.close()
+
+
+class TLSScriptServer(ScriptServer):
+    """A :class:`ScriptServer` behind TLS (``context``: a server context, e.g. trustme's).
+
+    ``handshakes`` counts the TLS handshakes started (ClientHellos received, verified or not).
+    """
+
+    def __init__(
+        self, script: Step | Sequence[Step], context: ssl.SSLContext, host: str = "127.0.0.1"
+    ) -> None:
+        super().__init__(script)
+        self.context = context
+        self.host = host
+        self.handshakes = 0
+        context.sni_callback = self._hello
+
+    def _hello(self, sock: Any, name: str | None, context: ssl.SSLContext) -> None:
+        self.handshakes += 1
+
+    async def start(self) -> TLSScriptServer:
+        self._server = await asyncio.start_server(self._handle, "127.0.0.1", 0, ssl=self.context)
+        self.port = self._server.sockets[0].getsockname()[1]
+        return self
+
+    @property
+    def base_url(self) -> str:
+        return f"https://{self.host}:{self.port}/v1"
+
+
+async def _pipe(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, seen: bytearray | None) -> None:
+    """Copies ``reader`` to ``writer`` until EOF (recording into ``seen``), then closes ``writer``."""
+    try:
+        while data := await reader.read(65536):
+            if seen is not None:
+                seen += data
+            writer.write(data)
+            await writer.drain()
+    except (ConnectionError, asyncio.IncompleteReadError):
+        pass
+    finally:
+        writer.close()
+
+
+class HttpProxy:
+    """A small HTTP proxy on 127.0.0.1, as the client meets one.
+
+    Absolute-form requests (``POST http://host:port/path``) are forwarded in origin form on one
+    upstream connection per client connection, minus ``Proxy-Authorization`` (for the proxy alone);
+    ``CONNECT host:port`` opens a tunnel that copies bytes both ways. It records every request head
+    it read (``seen``: CONNECTs and forwarded requests alike), the bytes it forwarded in cleartext
+    (``forwarded``) and the bytes clients sent through tunnels (``tunnelled``). ``connect_answer``:
+    what to answer a CONNECT instead of opening the tunnel (a 407...).
+    """
+
+    def __init__(self, *, connect_answer: bytes | None = None) -> None:
+        self.connect_answer = connect_answer
+        self.seen: list[Request] = []
+        self.forwarded = bytearray()
+        self.tunnelled = bytearray()
+        self.connections = 0
+        self.port = 0
+        self._server: asyncio.Server | None = None
+        self._tasks: set[asyncio.Task[Any]] = set()
+        self._writers: list[asyncio.StreamWriter] = []
+
+    async def start(self) -> HttpProxy:
+        self._server = await asyncio.start_server(self._handle, "127.0.0.1", 0)
+        self.port = self._server.sockets[0].getsockname()[1]
+        return self
+
+    def url(self, credentials: str = "") -> str:
+        """The proxy's URL, as an environment variable names it (``credentials``: ``user:pass``)."""
+        return f"http://{credentials + '@' if credentials else ''}127.0.0.1:{self.port}"
+
+    def _track(self) -> None:
+        task = asyncio.current_task()
+        assert task is not None
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def _handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self._track()
+        self._writers.append(writer)
+        client = Conn(self.connections, reader, writer)
+        self.connections += 1
+        upstream: asyncio.StreamWriter | None = None
+        pump: asyncio.Task[None] | None = None
+        try:
+            while True:
+                request = await client.read_request()
+                if request is None:
+                    break
+                self.seen.append(request)
+                method, target, _ = request.line.split(" ", 2)
+                if method == "CONNECT":
+                    if self.connect_answer is not None:
+                        await client.write(self.connect_answer)
+                        break
+                    host, _, port = target.rpartition(":")
+                    up_reader, up_writer = await asyncio.open_connection(host.strip("[]"), int(port))
+                    self._writers.append(up_writer)
+                    await client.write(b"HTTP/1.1 200 Connection established\r\n\r\n")
+                    await asyncio.gather(
+                        _pipe(reader, up_writer, self.tunnelled), _pipe(up_reader, writer, None)
+                    )
+                    break
+                url = urlsplit(target)
+                if url.scheme != "http" or not url.hostname:
+                    await client.write(response(b"", status=400, reason="Bad Request"))
+                    break
+                if upstream is None:
+                    up_reader, upstream = await asyncio.open_connection(url.hostname, url.port or 80)
+                    self._writers.append(upstream)
+                    pump = asyncio.ensure_future(_pipe(up_reader, writer, None))
+                path = (url.path or "/") + (f"?{url.query}" if url.query else "")
+                hop = ("proxy-authorization", "proxy-connection")
+                lines = [f"{method} {path} HTTP/1.1"]
+                lines += [f"{name}: {value}" for name, value in request.headers if name.lower() not in hop]
+                data = ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1") + request.body
+                self.forwarded += data
+                upstream.write(data)
+                await upstream.drain()
+        except (ConnectionError, asyncio.IncompleteReadError):
+            pass
+        except asyncio.CancelledError:
+            pass  # only aclose() cancels a handler
+        finally:
+            if upstream is not None:
+                upstream.close()
+            if pump is not None:
+                await asyncio.wait([pump], timeout=1.0)
+            writer.close()
+
+    async def aclose(self) -> None:
+        assert self._server is not None
+        self._server.close()
+        for writer in self._writers:
+            writer.close()
+        tasks = list(self._tasks)
+        if tasks:
+            _, pending = await asyncio.wait(tasks, timeout=1.0)
+            for task in pending:
+                task.cancel()
+            await asyncio.gather(*pending, return_exceptions=True)
+        await self._server.wait_closed()

@@ -161,7 +161,8 @@ class _Connection(asyncio.Protocol):
         self.fd = -1  # the socket's descriptor: polled before the connection is reused
         self.parser = httptools.HttpResponseParser(self)
         self.limits = CHECK_LIMITS
-        self.head_bytes = 0
+        self.head_bytes = 0  # bytes of the reads that ended inside the head
+        self.head_parsed = 0  # the head's bytes as parsed (see _count_head)
         self.body_bytes = 0
         self.truncated = False
         self.waiter: asyncio.Future[None] | None = None
@@ -208,20 +209,23 @@ class _Connection(asyncio.Protocol):
             return
         except httptools.HttpParserError as exc:
             stop = exc.__context__
-            if isinstance(stop, _Stop):  # httptools wraps what a callback raises
-                if stop.error is not None:
-                    self._fail(stop.error, close=True)
-                else:
-                    # A second message behind the answer: the answer stands, the connection is
-                    # not reused.
-                    self.keep_alive = False
-                return
-            self._fail(WireError(WireKind.DROPPED, type(exc).__name__), close=True)
+            if isinstance(stop, _Stop) and stop.error is not None:  # httptools wraps what a callback raises
+                self._fail(stop.error, close=True)
+            elif self.complete:
+                # Bytes behind the complete answer: a second message (``_Stop``), junk after a
+                # "Connection: close" or HTTP/1.0 answer (which llhttp reports as an error of its
+                # own, no message begun), or the rest of a stray in a later read (the parser stays
+                # in its error state). The answer stands, the connection is not reused: failing
+                # it would turn a verdict into an outage, which ``on_error: allow`` lets through.
+                self.keep_alive = False
+            else:
+                self._fail(WireError(WireKind.DROPPED, type(exc).__name__), close=True)
             return
         if not self.head_done:
             # Counted only while the head is incomplete (after feeding, so a packet holding the
             # head and the body's start is not counted): httptools gathers a header in memory
-            # until its end, so an endless header line must be cut here.
+            # until its end, so an endless header line must be cut here. A head that ends in the
+            # read that crosses the limit is counted as parsed instead (``_count_head``).
             self.head_bytes += len(data)
             limit = self.limits.max_head_bytes
             if self.head_bytes > limit and not self.closed:
@@ -233,9 +237,10 @@ class _Connection(asyncio.Protocol):
     def connection_lost(self, exc: Exception | None) -> None:
         self.closed = True
         self._cancel_timer()
-        if exc is None and self.head_done and not self.complete and not self._framed():
+        if exc is None and self.error is None and self.head_done and not self.complete and not self._framed():
             # A body delimited by the end of the connection: whole only on a clean close, not a
-            # reset (RFC 9112, 8).
+            # reset (RFC 9112, 8), and not the close that follows a failure (a body over its
+            # limit): a stream reader looks at ``complete`` first, and would end as if whole.
             self.on_message_complete()
         if not self.complete:
             detail = str(exc)[:200] if isinstance(exc, OSError) else ""
@@ -250,10 +255,15 @@ class _Connection(asyncio.Protocol):
         if self.complete:
             raise _Stop  # stops the parser: nothing after the answer is read as part of it
 
+    def on_status(self, reason: bytes) -> None:
+        self._count_head(len(reason))
+
     def on_header(self, name: bytes, value: bytes) -> None:
         # Kept raw: the mapping is built only when someone reads it (an error status's Retry-After).
-        if len(name) + len(value) > self.limits.max_header_bytes:
+        size = len(name) + len(value)
+        if size > self.limits.max_header_bytes:
             raise _Stop(_too_large("HeaderTooLarge", self.limits.max_header_bytes))
+        self._count_head(size + 4)  # ": " and the line end
         self.raw_headers.append((name, value))
         if len(name) == 16 and name.lower() == b"content-encoding":
             coding = value.decode("latin-1")
@@ -264,6 +274,7 @@ class _Connection(asyncio.Protocol):
         return headers_of(self.raw_headers)
 
     def on_headers_complete(self) -> None:
+        self._count_head(17)  # "HTTP/1.1 200 " and the line ends of the status line and the head
         parser = self.parser
         self.status = parser.get_status_code()
         if 100 <= self.status < 200:
@@ -278,7 +289,7 @@ class _Connection(asyncio.Protocol):
     def on_body(self, body: bytes) -> None:
         size = self.body_bytes = self.body_bytes + len(body)
         if size > self.limits.max_body_bytes:
-            if self.streaming or 200 <= self.status < 300:
+            if 200 <= self.status < 300:  # an answer (a stream's included) over the limit
                 raise _Stop(_too_large("BodyTooLarge", self.limits.max_body_bytes))
             # An error status's body is read for an error code only: cut it, keep the status, and
             # end the answer here (the connection is not reused).
@@ -313,7 +324,7 @@ class _Connection(asyncio.Protocol):
         """Send one request (the connection must be idle) and arm the read timeout."""
         self.streaming = streaming
         self.limits = limits
-        self.head_bytes = self.body_bytes = 0
+        self.head_bytes = self.head_parsed = self.body_bytes = 0
         self.truncated = False
         self.received = self.head_done = self.complete = self.keep_alive = self.interim = False
         self.status = 0
@@ -407,6 +418,15 @@ class _Connection(asyncio.Protocol):
     def _framed(self) -> bool:
         headers = self.headers
         return "content-length" in headers or "chunked" in headers.get("transfer-encoding", "").lower()
+
+    def _count_head(self, size: int) -> None:
+        """Counts ``size`` bytes of the head as parsed, every interim head's included, against
+        ``max_head_bytes``. ``data_received`` alone never counts the read that completes a head, so
+        a head (10,000 small headers, 4,000 "100 Continue" heads) arriving whole in one read of up
+        to 256 KiB would pass any limit."""
+        self.head_parsed += size
+        if self.head_parsed > self.limits.max_head_bytes:
+            raise _Stop(_too_large("HeadTooLarge", self.limits.max_head_bytes))
 
     def _wake(self) -> None:
         waiter = self.waiter

@@ -100,6 +100,7 @@ class _Tunnel(asyncio.Protocol):
     def __init__(self) -> None:
         self.done: asyncio.Future[bytes] = asyncio.get_running_loop().create_future()
         self.buffer = b""
+        self.extra = False  # bytes came behind the head (see open_tunnel)
 
     def data_received(self, data: bytes) -> None:
         if self.done.done():
@@ -107,10 +108,10 @@ class _Tunnel(asyncio.Protocol):
         self.buffer += data
         end = self.buffer.find(b"\r\n\r\n")
         if end >= 0:
-            if end + 4 != len(self.buffer):  # the target speaks only after our TLS hello
-                self.done.set_exception(WireError(WireKind.DROPPED, "ProxyError", "bytes after CONNECT"))
-            else:
-                self.done.set_result(self.buffer[:end])
+            # Bytes behind the head are judged by its status: a refusal's page (a 407's or 403's
+            # body, in the same read as its head from Squid and its kin) is no error of its own.
+            self.extra = end + 4 != len(self.buffer)
+            self.done.set_result(self.buffer[:end])
         elif len(self.buffer) > MAX_CONNECT_HEAD:
             self.done.set_exception(
                 WireError(WireKind.TOO_LARGE, "ProxyError", f"CONNECT answer over {MAX_CONNECT_HEAD} bytes")
@@ -151,6 +152,8 @@ async def open_tunnel(
             )
         if not 200 <= status < 300:
             raise WireError(WireKind.CONNECT, "ProxyError", f"the proxy refused the tunnel (HTTP {status})")
+        if tunnel.extra:  # the target speaks only after our TLS hello
+            raise WireError(WireKind.DROPPED, "ProxyError", "bytes after CONNECT")
     except BaseException:
         transport.close()
         raise
