@@ -47,7 +47,6 @@ import asyncio
 import select
 import ssl
 import time
-import zlib
 from collections import deque
 from collections.abc import AsyncIterator, Mapping
 from typing import Any
@@ -60,6 +59,7 @@ from guardcache.llm.pool import DEFAULT_LIMITS, USER_AGENT, LoopLanes, shared_ss
 from guardcache.llm.proxy import Proxy, env_proxy, open_tunnel
 from guardcache.llm.wire import (
     CHECK_LIMITS,
+    BodyDecoder,
     BodyReply,
     LineSplitter,
     Reply,
@@ -67,7 +67,6 @@ from guardcache.llm.wire import (
     WireKind,
     WireLane,
     WireLimits,
-    check_decoded,
     decode_body,
     dumps_body,
 )
@@ -747,32 +746,23 @@ class H1Stream:
     async def lines(self) -> AsyncIterator[str]:
         conn = self.conn
         limits = conn.limits
-        coding = (conn.coding or "identity").strip().lower()
-        inflate = None
-        if coding in ("gzip", "x-gzip", "deflate"):
-            inflate = zlib.decompressobj(47)
-        elif coding != "identity":
-            what = f"unsupported content-encoding {coding!r}"
-            raise WireError(WireKind.DECODE, "ContentDecodingError", what)
+        decoder = BodyDecoder(conn.coding, limits) if conn.coding is not None else None
         splitter = LineSplitter(limits.max_line_bytes)
-        decoded = 0
         while True:
             if conn.chunks:
                 data = conn.take()
-                if inflate is not None:
-                    try:
-                        # At most a line's worth more than the limit per chunk: a bomb is cut early.
-                        data = inflate.decompress(data, limits.max_decoded_bytes - decoded + 1)
-                    except zlib.error:
-                        raise WireError(WireKind.DECODE, "ContentDecodingError") from None
-                    decoded += len(data)
-                    check_decoded(decoded, conn.body_bytes, limits)
+                if decoder is not None:
+                    data = decoder.feed(data)  # a bomb is cut at the decoded limit
                 for line in splitter.feed(data):
                     yield line
                 continue
+            if conn.error is not None:
+                raise conn.error
             if conn.complete:
                 break
             await conn.wait()
+        if decoder is not None:
+            decoder.end()
         for line in splitter.end():
             yield line
 

@@ -247,6 +247,9 @@ async def _read_limited(response: httpx2.Response, limits: WireLimits) -> BodyRe
             if response.is_success or exc.kind is not WireKind.TOO_LARGE:
                 raise
             break
+    else:
+        if response.is_success:
+            decoder.end()
     return BodyReply(response.status_code, response.headers, b"".join(parts))
 
 
@@ -280,6 +283,7 @@ class _HttpxStream:
             async for chunk in response.aiter_raw():
                 for line in splitter.feed(decoder.feed(chunk)):
                     yield line
+            decoder.end()
         except (httpx2.TransportError, httpx2.DecodingError) as exc:
             raise wire_error(exc) from exc
         for line in splitter.end():

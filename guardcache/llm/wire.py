@@ -113,6 +113,8 @@ def decode_body(body: bytes, coding: str, limits: WireLimits) -> bytes:
         except zlib.error:
             continue
         check_decoded(len(data), len(body), limits)
+        if not inflater.eof:  # a cut body must not decode to a shorter answer
+            raise WireError(WireKind.DECODE, "ContentDecodingError", "the compressed body ends early")
         return data
     raise WireError(WireKind.DECODE, "ContentDecodingError")
 
@@ -164,6 +166,11 @@ class BodyDecoder:
         self.decoded += len(out)
         check_decoded(self.decoded, self.received, limits)
         return out
+
+    def end(self) -> None:
+        """At the body's end: a compressed body that ends early must not read as a shorter one."""
+        if self.inflater is not None and not self.inflater.eof:
+            raise WireError(WireKind.DECODE, "ContentDecodingError", "the compressed body ends early")
 
 
 class LineSplitter:
