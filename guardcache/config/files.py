@@ -1,16 +1,41 @@
-"""Reading config YAML and merging several files into one mapping, remembering which file said what.
+"""Finding a config folder's files, reading them safely, and merging several YAML files into one
+mapping, remembering which file said what.
 
-A config folder (``config.yml`` + ``prompts.yml`` + ...) is merged the way NeMo Guardrails merges it:
-lists (``models``, ``prompts``) are concatenated in file order, mappings are merged key by key. Where
-NeMo silently keeps one of two different values for the same setting, this raises: a guard config
-whose effective value depends on file order is a trap. Every value's file is recorded so an error
-found later, during validation, names the file that holds the bad value.
+A config folder is read the way NeMo Guardrails reads it (``RailsConfig.from_path`` and ``_load_path``
+in ``nemoguardrails/rails/llm/config.py``, ``.railsignore`` in ``nemoguardrails/utils.py``):
+
+- every file under the folder, subfolders included, symbolic links followed, hidden files and folders
+  included (NeMo's ``os.walk`` skips none);
+- a ``.yml``/``.yaml`` file is YAML, a ``.co`` file is Colang (suffixes compared case-sensitively);
+- a file whose path relative to the folder starts with ``kb`` is a knowledge-base document (NeMo
+  reads only its ``.md`` files, as documents), never YAML or Colang;
+- a ``.railsignore`` file, the first found in the folder or above it, lists file-name patterns
+  (``fnmatch``, compared with each file's NAME, never its path; blank lines and lines starting with
+  ``#`` skipped): a matching file is not read.
+
+guardcache reads the YAML files and refuses the Colang ones (``RailsConfig.from_path``). The walk is
+deterministic (``config.yml``/``config.yaml`` first, then the folder's other files by name, then each
+subfolder in name order) and bounded: symbolic-link loops, folders deeper than ``MAX_DEPTH`` levels,
+more than ``MAX_ENTRIES`` files and folders, files over ``MAX_FILE_BYTES``, and files that are not
+regular files or not UTF-8 text are errors naming the path, where NeMo would hang, recurse or fail
+with a traceback.
+
+Several files merge as NeMo merges them: lists (``models``, ``prompts``) are concatenated in file
+order, mappings are merged key by key. Where NeMo silently keeps one of two different values for the
+same setting, this raises: a guard config whose effective value depends on file order is a trap.
+Every value's file is recorded so an error found later, during validation, names the file that
+holds the bad value.
 """
 
 from __future__ import annotations
 
 import copy
+import fnmatch
+import logging
 import os
+import re
+import stat
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -19,7 +44,21 @@ import yaml
 from guardcache.config.errors import Loc, format_loc, show
 from guardcache.errors import ConfigError
 
+logger = logging.getLogger(__name__)
+
 _MERGE_TAG = "tag:yaml.org,2002:merge"
+
+MAX_FILE_BYTES = 10 * 1024 * 1024
+"""The largest config file read (YAML, Colang, ``.railsignore``): config files are a few KB."""
+MAX_DEPTH = 32
+"""The deepest folder level walked below a config folder."""
+MAX_ENTRIES = 10_000
+"""The most files and folders a config folder may hold (all of them, read or not)."""
+
+YAML_SUFFIXES = (".yml", ".yaml")
+COLANG_SUFFIX = ".co"
+RAILSIGNORE = ".railsignore"
+KB_PREFIX = "kb"
 
 
 class _StrictLoader(yaml.SafeLoader):
@@ -74,36 +113,302 @@ def parse_mapping(text: str, name: str) -> dict[str, Any]:
     return data
 
 
-def read_text(path: Path) -> str:
-    """Read a config file as UTF-8, with errors that name it."""
+def _kind(mode: int) -> str:
+    if stat.S_ISDIR(mode):
+        return "a folder"
+    if stat.S_ISFIFO(mode):
+        return "a FIFO (named pipe)"
+    if stat.S_ISSOCK(mode):
+        return "a socket"
+    if stat.S_ISCHR(mode) or stat.S_ISBLK(mode):
+        return "a device"
+    return "not a regular file"
+
+
+def _megabytes(size: int) -> str:
+    return f"{round(size / (1024 * 1024), 1):g} MB"
+
+
+def read_text(path: Path, *, limit: int = MAX_FILE_BYTES) -> str:
+    """Read a config file as UTF-8 text, with errors that name it.
+
+    The file must be a regular file (a FIFO would block the load forever, a device never end) of at
+    most ``limit`` bytes, checked before anything is read; NUL bytes and invalid UTF-8 are errors.
+    Line endings are read as Python's text mode (and NeMo) reads them: ``\\r\\n`` and ``\\r`` are ``\\n``.
+    """
     try:
-        return path.read_text(encoding="utf-8")
-    except UnicodeDecodeError:
-        raise ConfigError(f"{path}: not UTF-8 text") from None
+        info = os.stat(path)
+    except FileNotFoundError:
+        if os.path.islink(path):
+            raise ConfigError(
+                f"{path}: a broken symbolic link (to {os.readlink(path)}): the file it names does not exist"
+            ) from None
+        raise ConfigError(f"{path}: no such file") from None
     except OSError as exc:
         raise ConfigError(f"{path}: cannot read ({exc.strerror or exc})") from None
-
-
-def folder_files(folder: Path) -> list[Path]:
-    """The YAML files of a config folder: ``config.yml``/``config.yaml`` first, then the rest by name.
-
-    Only the folder itself is read (not subfolders) and hidden files are skipped, so editor backups
-    and tool folders never leak into a guard config.
-    """
-    found = [
-        p
-        for p in folder.iterdir()
-        if p.is_file() and p.suffix in (".yml", ".yaml") and not p.name.startswith(".")
-    ]
-    first = [p for p in found if p.stem == "config"]
-    return sorted(first, key=lambda p: p.suffix != ".yml") + sorted(
-        (p for p in found if p.stem != "config"), key=lambda p: p.name
+    if not stat.S_ISREG(info.st_mode):
+        raise ConfigError(f"{path}: cannot read: {_kind(info.st_mode)}, not a config file")
+    over = (
+        f"over the {_megabytes(limit)} limit for a config file "
+        "(config files are a few KB; is this the right file?)"
     )
+    if info.st_size > limit:
+        raise ConfigError(f"{path}: {_megabytes(info.st_size)} ({info.st_size} bytes), {over}")
+    try:
+        # O_NONBLOCK: if the path was swapped for a FIFO since the stat, the open does not hang.
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_CLOEXEC", 0))
+        with os.fdopen(fd, "rb") as f:
+            if not stat.S_ISREG(os.fstat(f.fileno()).st_mode):
+                raise ConfigError(f"{path}: cannot read: not a regular file, not a config file")
+            data = f.read(limit + 1)
+    except OSError as exc:
+        raise ConfigError(f"{path}: cannot read ({exc.strerror or exc})") from None
+    if len(data) > limit:
+        raise ConfigError(f"{path}: {over}")
+    nul = data.find(b"\0")
+    if nul >= 0:
+        raise ConfigError(f"{path}: binary data (a NUL byte at offset {nul}), not a text config file")
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise ConfigError(
+            f"{path}: not UTF-8 text (byte 0x{data[exc.start]:02x} at offset {exc.start})"
+        ) from None
+    return text.replace("\r\n", "\n").replace("\r", "\n")
 
 
-def colang_files(folder: Path) -> list[str]:
-    """Names of NeMo Colang files (``*.co``) in the folder: guardcache does not run them."""
-    return sorted(p.name for p in folder.iterdir() if p.is_file() and p.suffix == ".co")
+# Colang 1: "define flow NAME", "define subflow NAME", "define extension flow NAME" (NAME may be
+# empty: an anonymous flow); Colang 2: "flow NAME $param ...".
+_COLANG_FLOW = re.compile(
+    r"^[ \t]*(?:define[ \t]+)?(?:(?:parallel|extension)[ \t]+)*(?:subflow|flow)(?=[ \t]|$)([^\n:#]*)",
+    re.MULTILINE,
+)
+# Colang 1 dialog: "define user ask about cooking", "define bot refuse to respond".
+_COLANG_MESSAGE = re.compile(r"^[ \t]*define[ \t]+(?:user|bot)(?=[ \t]|$)", re.MULTILINE)
+
+
+@dataclass(frozen=True)
+class ColangFile:
+    """A Colang file of a config folder: its path, its name relative to the folder and its flows."""
+
+    path: Path
+    name: str
+    flows: tuple[str, ...] = ()
+    unnamed_flows: int = 0
+    messages: int = 0
+    unreadable: str | None = None
+
+    @classmethod
+    def read(cls, path: Path, name: str) -> ColangFile:
+        """Read the file's flow definitions (a file that cannot be read lists none, and says why)."""
+        try:
+            text = read_text(path)
+        except ConfigError as exc:
+            return cls(path, name, unreadable=str(exc).removeprefix(f"{path}: "))
+        named: list[str] = []
+        unnamed = 0
+        for match in _COLANG_FLOW.finditer(text):
+            flow = " ".join(match.group(1).split())
+            if flow:
+                named.append(flow)
+            else:
+                unnamed += 1
+        return cls(path, name, tuple(named), unnamed, len(_COLANG_MESSAGE.findall(text)))
+
+    def defines(self, flow: str) -> bool:
+        """Whether the file defines the flow ``flow`` (compared without ``$`` arguments)."""
+        wanted = flow_base_name(flow)
+        return any(flow_base_name(f) == wanted for f in self.flows)
+
+    def describe(self) -> str:
+        """``rails/x.co (flows: a, b; 3 unnamed flows; 6 user/bot message definitions)``."""
+        parts = []
+        if self.flows:
+            parts.append(f"flows: {', '.join(self.flows)}")
+        if self.unnamed_flows:
+            parts.append(f"{self.unnamed_flows} unnamed flow{'s' if self.unnamed_flows > 1 else ''}")
+        if self.messages:
+            parts.append(f"{self.messages} user/bot message definition{'s' if self.messages > 1 else ''}")
+        if self.unreadable:
+            parts.append(f"unreadable: {self.unreadable}")
+        return f"{self.name} ({'; '.join(parts)})" if parts else self.name
+
+
+def flow_base_name(flow: str) -> str:
+    """A flow's name without its ``$`` arguments, whitespace collapsed."""
+    return " ".join(flow.split("$", 1)[0].split())
+
+
+@dataclass
+class ConfigFiles:
+    """What a config path holds, as NeMo would load it."""
+
+    root: Path
+    yaml: list[Path] = field(default_factory=list)
+    colang: list[ColangFile] = field(default_factory=list)
+    # Colang files NeMo does not load either: excluded by .railsignore or under kb.
+    skipped_colang: list[tuple[ColangFile, str]] = field(default_factory=list)
+    railsignore: Path | None = None
+    knowledge_base: list[str] = field(default_factory=list)
+
+    @property
+    def label(self) -> str:
+        return str(self.root)
+
+
+def find_railsignore(start: Path) -> Path | None:
+    """The ``.railsignore`` NeMo uses for a config folder: the first found in it or above it.
+
+    Like NeMo, the search starts at the path as given and goes up through its parents (for a
+    relative path, up to the working folder).
+    """
+    current = start
+    while True:
+        candidate = current / RAILSIGNORE
+        if candidate.is_file():
+            return candidate
+        if current == current.parent:
+            return None
+        current = current.parent
+
+
+def railsignore_patterns(path: Path) -> list[str]:
+    """The patterns of a ``.railsignore``: each stripped line, except blank ones and those starting
+    with ``#`` (as NeMo reads it: a ``#`` after leading spaces is part of a pattern)."""
+    patterns: list[str] = []
+    for line in read_text(path).split("\n"):
+        if line.strip() and not line.startswith("#") and line.strip() not in patterns:
+            patterns.append(line.strip())
+    for pattern in patterns:
+        if "/" in pattern or os.sep in pattern:
+            logger.warning(
+                "%s: the pattern %r never matches: .railsignore patterns are compared with file "
+                "names, not paths or folders (as in NeMo Guardrails); use a name pattern like '*.co'",
+                path,
+                pattern,
+            )
+    return patterns
+
+
+def _ignored(name: str, patterns: list[str]) -> bool:
+    return any(fnmatch.fnmatch(name, p) for p in patterns)
+
+
+class _Walk:
+    """One bounded, deterministic walk of a config folder (see the module docstring)."""
+
+    def __init__(self, root: Path, patterns: list[str], found: ConfigFiles) -> None:
+        self.root = root
+        self.patterns = patterns
+        self.found = found
+        self.entries = 0
+        self.seen: dict[tuple[int, int], Path] = {}
+
+    def folder(self, folder: Path, rel: tuple[str, ...], ancestors: tuple[tuple[int, int], ...]) -> None:
+        if len(rel) > MAX_DEPTH:
+            raise ConfigError(
+                f"{folder}: more than {MAX_DEPTH} folder levels below the config folder {self.root} "
+                "(a config folder is a few files)"
+            )
+        try:
+            info = os.stat(folder)
+        except OSError as exc:
+            raise ConfigError(f"{folder}: cannot read this folder ({exc.strerror or exc})") from None
+        ident = (info.st_dev, info.st_ino)
+        if ident in ancestors:
+            raise ConfigError(
+                f"{folder}: a symbolic link loop: this folder is {self.seen[ident]}, which contains it "
+                "(NeMo Guardrails would read its files over and over); remove the link"
+            )
+        if ident in self.seen:
+            raise ConfigError(
+                f"{folder}: the same folder as {self.seen[ident]} (through a symbolic link): its files "
+                "would be read twice; remove one of the two"
+            )
+        self.seen[ident] = folder
+        try:
+            with os.scandir(folder) as it:
+                entries = sorted(it, key=lambda e: e.name)
+        except OSError as exc:
+            raise ConfigError(f"{folder}: cannot list this folder ({exc.strerror or exc})") from None
+        self.entries += len(entries)
+        if self.entries > MAX_ENTRIES:
+            raise ConfigError(
+                f"{self.root}: more than {MAX_ENTRIES} files and folders under the config folder "
+                f"(while listing {folder}); is this the right folder? (NeMo Guardrails would walk "
+                "them all: keep a config in a folder of its own)"
+            )
+        files: list[str] = []
+        subfolders: list[str] = []
+        for entry in entries:
+            try:
+                is_dir = entry.is_dir()  # follows symbolic links, as NeMo's os.walk(followlinks=True)
+            except OSError:
+                is_dir = False
+            (subfolders if is_dir else files).append(entry.name)
+        if not rel:  # config.yml (then config.yaml) first, as before
+            files.sort(key=lambda n: (n not in ("config.yml", "config.yaml"), n != "config.yml", n))
+        for name in files:
+            self.file(folder / name, "/".join((*rel, name)))
+        for name in subfolders:
+            self.folder(folder / name, (*rel, name), (*ancestors, ident))
+
+    def file(self, path: Path, rel: str) -> None:
+        name = path.name
+        if _ignored(name, self.patterns):
+            if name.endswith(COLANG_SUFFIX):
+                self.found.skipped_colang.append(
+                    (ColangFile.read(path, rel), f"excluded by {self.found.railsignore}")
+                )
+            logger.info("%s: excluded by %s", path, self.found.railsignore)
+            return
+        if rel.startswith(KB_PREFIX):
+            if rel.endswith(".md"):
+                self.found.knowledge_base.append(rel)
+            elif name.endswith((*YAML_SUFFIXES, COLANG_SUFFIX)):
+                why = (
+                    f"its path starts with {KB_PREFIX!r}: NeMo Guardrails reads such files as "
+                    "knowledge-base documents"
+                )
+                if name.endswith(COLANG_SUFFIX):
+                    self.found.skipped_colang.append((ColangFile.read(path, rel), why))
+                logger.warning("%s: not read (%s, .md only)", path, why)
+            return
+        if name.endswith(YAML_SUFFIXES):
+            self.found.yaml.append(path)
+        elif name.endswith(COLANG_SUFFIX):
+            self.found.colang.append(ColangFile.read(path, rel))
+
+
+def find_config_files(path: str | os.PathLike[str]) -> ConfigFiles:
+    """The files of a config path, as NeMo Guardrails would load them (see the module docstring).
+
+    A file path is one YAML file (or one Colang file, if it ends in ``.co``); a folder is walked.
+    """
+    root = Path(path)
+    try:
+        info = os.stat(root)
+    except FileNotFoundError:
+        raise ConfigError(
+            f"{root}: no such file or folder (expected a config folder or a .yml file)"
+        ) from None
+    except OSError as exc:
+        raise ConfigError(f"{root}: cannot read ({exc.strerror or exc})") from None
+    found = ConfigFiles(root)
+    if stat.S_ISREG(info.st_mode):
+        if root.name.endswith(COLANG_SUFFIX):
+            found.colang.append(ColangFile.read(root, root.name))
+        else:
+            found.yaml.append(root)
+        return found
+    if not stat.S_ISDIR(info.st_mode):
+        raise ConfigError(f"{root}: {_kind(info.st_mode)}, not a config folder or file")
+    found.railsignore = find_railsignore(root)
+    patterns = railsignore_patterns(found.railsignore) if found.railsignore is not None else []
+    _Walk(root, patterns, found).folder(root, (), ())
+    if not found.yaml and not found.colang:
+        raise ConfigError(f"{root}: no config.yml (or other .yml/.yaml file) in this folder")
+    return found
 
 
 class MergedSources:
@@ -157,33 +462,43 @@ class MergedSources:
                 self._record((*loc, i), item, name)
 
 
-def load_path(path: str | os.PathLike[str]) -> tuple[MergedSources, list[str]]:
-    """Read a config file, or every YAML file of a config folder, into ``MergedSources``.
+def merge_yaml(files: ConfigFiles) -> MergedSources:
+    """Read, parse and merge the YAML files found, in their order."""
+    if not files.yaml:
+        raise ConfigError(f"{files.root}: no config.yml (or other .yml/.yaml file) in this folder")
+    sources = MergedSources(files.label)
+    for path in files.yaml:
+        sources.add(parse_mapping(read_text(path), str(path)), str(path))
+    return sources
 
-    Also returns the Colang files found in a folder, which the caller reports as ignored.
-    """
-    root = Path(path)
-    if not root.exists():
-        raise ConfigError(f"{root}: no such file or folder (expected a config folder or a .yml file)")
-    if root.is_file():
-        sources = MergedSources(str(root))
-        sources.add(parse_mapping(read_text(root), str(root)), str(root))
-        return sources, []
-    files = folder_files(root)
-    if not files:
-        raise ConfigError(f"{root}: no config.yml (or other .yml/.yaml file) in this folder")
-    sources = MergedSources(str(root))
-    for file in files:
-        sources.add(parse_mapping(read_text(file), str(file)), str(file))
-    return sources, colang_files(root)
+
+def listed_flows(data: Any) -> list[tuple[Loc, str]]:
+    """Every flow named under ``rails.<group>.flows`` of a parsed config (any group), with its path."""
+    found: list[tuple[Loc, str]] = []
+    rails = data.get("rails") if isinstance(data, dict) else None
+    if not isinstance(rails, dict):
+        return found
+    for group, section in rails.items():
+        flows = section.get("flows") if isinstance(section, dict) else None
+        if isinstance(flows, list):
+            found += [(("rails", group, "flows", i), f) for i, f in enumerate(flows) if isinstance(f, str)]
+    return found
 
 
 __all__ = [
+    "MAX_DEPTH",
+    "MAX_ENTRIES",
+    "MAX_FILE_BYTES",
+    "ColangFile",
+    "ConfigFiles",
     "MergedSources",
-    "colang_files",
-    "folder_files",
-    "load_path",
+    "find_config_files",
+    "find_railsignore",
+    "flow_base_name",
+    "listed_flows",
+    "merge_yaml",
     "parse_mapping",
     "parse_yaml",
+    "railsignore_patterns",
     "read_text",
 ]

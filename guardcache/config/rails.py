@@ -11,7 +11,6 @@ from __future__ import annotations
 import difflib
 import logging
 import os
-import re
 from typing import Annotated, Any, Literal
 
 from pydantic import (
@@ -25,9 +24,19 @@ from pydantic import (
 )
 
 from guardcache.checks import catalog as _catalog  # registers every check's flows
-from guardcache.config.errors import FieldError, Problem, from_validation_error, show
+from guardcache.config.errors import FieldError, Problem, format_loc, from_validation_error, show
 from guardcache.config.fields import STRICT, PositiveFloat, PositiveInt, null_is_empty, reject_bool
-from guardcache.config.files import MergedSources, load_path, parse_mapping, parse_yaml
+from guardcache.config.files import (
+    ConfigFiles,
+    MergedSources,
+    find_config_files,
+    flow_base_name,
+    listed_flows,
+    merge_yaml,
+    parse_mapping,
+    parse_yaml,
+    read_text,
+)
 from guardcache.config.models import ModelConfig
 from guardcache.config.nemo_compat import strip_unused_nemo_keys
 from guardcache.config.prompts import TaskPrompt, default_prompts, select_prompt, split_task, with_defaults
@@ -147,12 +156,19 @@ class RailsConfig(BaseModel):
 
     @classmethod
     def from_path(cls, path: str | os.PathLike[str]) -> RailsConfig:
-        """Load a config folder (``config.yml`` and every other ``*.yml``/``*.yaml`` in it, merged as
-        NeMo does) or a single YAML file."""
-        sources, colang = load_path(path)
-        if colang:
-            raise ConfigError(colang_refusal(path, colang))
-        return cls._from_sources(sources, [])
+        """Load a config folder, or a single YAML file.
+
+        A folder is read as NeMo Guardrails reads it (``files``): every ``*.yml``/``*.yaml`` under it,
+        subfolders included, merged as NeMo merges them, its ``.railsignore`` honoured. A Colang
+        file NeMo would load refuses the config: guardcache does not run Colang, and a guard never
+        runs fewer rails than its config declares."""
+        files = find_config_files(path)
+        if files.colang:
+            raise ConfigError(colang_refusal(files))
+        sources = merge_yaml(files)
+        _refuse_flows_of_skipped_colang(sources, files)
+        unused = ["kb (knowledge-base documents)"] if files.knowledge_base else []
+        return cls._from_sources(sources, unused)
 
     @classmethod
     def from_content(
@@ -330,7 +346,7 @@ class RailsConfig(BaseModel):
 
     @property
     def ignored_keys(self) -> tuple[str, ...]:
-        """NeMo settings (dotted paths) and Colang files that were accepted but are not used."""
+        """NeMo settings (dotted paths), and a ``kb`` folder's documents, accepted but not used."""
         return self._ignored
 
     @property
@@ -421,26 +437,49 @@ class RailsConfig(BaseModel):
         )
 
 
-def colang_refusal(path: str | os.PathLike[str], files: list[str]) -> str:
-    """The load error for a config folder with Colang files: it names each file and its flows."""
-    from pathlib import Path
-
-    parts = []
-    for name in files:
+def colang_refusal(files: ConfigFiles) -> str:
+    """The load error for a config with Colang files NeMo would load: it names each file and the
+    flows it defines, and each flow the YAML lists that one of them defines."""
+    listed: list[str] = []
+    for path in files.yaml:
         try:
-            text = (Path(path) / name).read_text(encoding="utf-8", errors="replace")
-        except OSError:
-            text = ""
-        flows = [m.strip() for m in _COLANG_FLOW.findall(text)]
-        parts.append(f"{name} (flows: {', '.join(flows)})" if flows else name)
+            data = parse_mapping(read_text(path), str(path))
+        except ConfigError:  # the Colang refusal stands; this file's own error comes once it is gone
+            continue
+        for loc, flow in listed_flows(data):
+            owners = [c.name for c in files.colang if c.defines(flow)]
+            if owners:
+                known = "" if flow_base_name(flow) in KNOWN_FLOWS else " only"
+                listed.append(f"{path}: {format_loc(loc)}: {flow!r} is defined{known} in {', '.join(owners)}")
+    message = (
+        f"{files.label}: Colang files declare rails that guardcache does not run: "
+        f"{'; '.join(c.describe() for c in files.colang)}."
+    )
+    if listed:
+        message += f" Flows the config lists that Colang defines: {'; '.join(listed)}."
     return (
-        f"{path}: Colang files declare rails that guardcache does not run: {'; '.join(parts)}. "
-        "guardcache runs the rails listed under rails.input.flows and rails.output.flows; "
-        "remove the .co files and list the flows there (refusing to run a config with fewer rails "
-        "than it declares)"
+        f"{message} guardcache does not run Colang: it runs the rails listed under rails.input.flows "
+        "and rails.output.flows that it implements (README: 'Coming from NeMo Guardrails'). Remove "
+        "the .co files, or name them in a .railsignore (NeMo "
+        "Guardrails then skips them too), and list guardcache's flows there (refusing to run a config "
+        "with fewer rails than it declares)"
     )
 
 
-_COLANG_FLOW = re.compile(r"^\s*(?:define\s+)?(?:subflow|flow)\s+([^\n:]+)", re.MULTILINE)
+def _refuse_flows_of_skipped_colang(sources: MergedSources, files: ConfigFiles) -> None:
+    """A listed flow guardcache does not know, defined in a Colang file that is not loaded (excluded by
+    ``.railsignore``, or under ``kb``): name that file rather than call the flow unknown."""
+    for loc, flow in listed_flows(sources.data):
+        if flow_base_name(flow) in KNOWN_FLOWS:
+            continue
+        for colang, why in files.skipped_colang:
+            if colang.defines(flow):
+                raise ConfigError(
+                    f"{sources.file_of(loc)}: {format_loc(loc)}: flow {flow!r} is defined only in "
+                    f"Colang, in {colang.name}, which is not loaded ({why}; NeMo Guardrails does not "
+                    "load it either). guardcache does not run Colang flows: list a flow guardcache "
+                    "runs instead (refusing to run a config with fewer rails than it declares)"
+                )
+
 
 __all__ = ["OutputStreaming", "RailGroup", "RailsConfig", "RailsSection", "colang_refusal"]

@@ -104,13 +104,14 @@ def test_the_same_setting_with_two_values_in_two_files_is_an_error(tmp_path: Pat
     )
 
 
-def test_config_yml_is_read_first_and_hidden_and_other_files_are_skipped(tmp_path: Path) -> None:
+def test_config_yml_is_read_first_and_other_files_and_railsignored_ones_are_skipped(tmp_path: Path) -> None:
+    # As NeMo: every .yml/.yaml under the folder counts (subfolders and hidden files too, see
+    # test_config_folders.py); .railsignore excludes by file name; other suffixes are not config.
     (tmp_path / "a.yml").write_text("models:\n  - {type: a, engine: openai, model: m}\n")
     (tmp_path / "config.yml").write_text(MODELS)
-    (tmp_path / ".hidden.yml").write_text("not: [valid")
     (tmp_path / "notes.txt").write_text("not: [valid")
-    (tmp_path / "sub").mkdir()
-    (tmp_path / "sub" / "x.yml").write_text("not: [valid")
+    (tmp_path / ".railsignore").write_text(".hidden.yml\n")
+    (tmp_path / ".hidden.yml").write_text("not: [valid")
     assert RailsConfig.from_path(tmp_path).model_types == ["main", "content_safety", "a"]
 
 
