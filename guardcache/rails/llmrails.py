@@ -367,5 +367,15 @@ class LLMRails:
             stream_main = not self._runtime.output_rails or self.config.rails.output.streaming.enabled
         return GuardedStream(self, msgs, params, stream_main=stream_main)
 
+    def as_runnable(self, **kwargs: Any) -> Any:
+        """These rails as a LangChain Runnable sharing their caches: ``rails.as_runnable() | llm``.
+
+        Returns a :class:`guardcache.rails.runnable.RunnableRails` (``kwargs``: its ``llm``,
+        ``runnable``, ``input_key``, ``output_key``...).
+        """
+        from guardcache.rails.runnable import RunnableRails  # LangChain's runnables: a heavy import
+
+        return RunnableRails(self, **kwargs)
+
 
 __all__ = ["LLMRails"]

@@ -1,0 +1,659 @@
+"""The rails as a LangChain Runnable: ``guardrails | llm``, as NeMo Guardrails' ``RunnableRails``.
+
+    from guardcache import RailsConfig, RunnableRails
+
+    guardrails = RunnableRails(RailsConfig.from_path("./config"))
+    chain = prompt | (guardrails | llm)        # or RunnableRails(config, llm=llm), rails.as_runnable() | llm
+    chain.invoke({"question": "..."})
+
+``guardrails | llm`` is one guarded turn per call, the turn of :meth:`LLMRails.generate_async` with
+``llm`` as the main model: the input rails check the input; a block returns the refusal without
+calling ``llm``; otherwise ``llm`` answers and the output rails check the answer. Every check goes
+through the same cached checks (one :class:`LLMRails`, so one set of caches, per ``RunnableRails``;
+those made by ``|`` from one ``RunnableRails`` share its caches).
+
+What goes in and what comes out (as NeMo's ``RunnableRails``):
+
+=====================================================  ==========================================
+input                                                  output (``invoke``; ``stream``: pieces of it)
+=====================================================  ==========================================
+``str``, ``StringPromptValue``                         ``str``
+``ChatPromptValue``, a message, a list of messages     ``AIMessage`` (``AIMessageChunk`` pieces)
+a list of ``{"role", "content"}`` dicts                ``{"role": "assistant", "content": ...}``
+``{input_key: any of the above}``                      ``{output_key: the matching output}``
+=====================================================  ==========================================
+
+A dict without ``input_key`` falls back to ``"input"`` (as NeMo); other keys are passed to a wrapped
+chain but not checked. The wrapped model is called with the messages the rails checked.
+
+Wrapping a chain (``RunnableRails(config, runnable=chain)`` or ``guardrails | chain`` when the rails
+have no main model): the chain gets the original input; the rails check the input's text and the
+chain's text output (a ``str``, a message, or ``output[output_key]``). A turn blocked at input
+returns ``{output_key: refusal}`` (as NeMo, since the chain's output type is unknown); a turn
+blocked at output returns the refusal in the chain's output type.
+
+Where guardcache differs from NeMo's ``RunnableRails``, it is to stay safe:
+
+- **No unchecked text is handed on.** The output is rebuilt from the checked text: a message keeps
+  its id and response/usage metadata, never tool calls or content parts the rails did not read.
+  A wrapped chain's answer that is blocked at output is replaced whatever its type (NeMo returns a
+  chain's message output as it is), and a blocked dict keeps none of its other keys (they may carry
+  the same text).
+- **The wrapped model's callbacks are its own.** It runs with ``callbacks=[]``, so the raw,
+  unchecked answer never reaches the run's callbacks: ``astream_events`` (``on_chat_model_stream``)
+  and LangGraph's ``messages`` stream mode, which an app may show to its user, see only this
+  runnable's checked output (``on_chain_stream`` / ``on_chain_end``). Tracing keeps the rails' run.
+- **Errors keep their type** (a ``BackendError`` of the main model, a ``TypeError`` for a message
+  of the wrong type): NeMo rewraps every error as a ``ValueError``. Nothing is passed on unchecked
+  on any error.
+- **Models with tools bound are refused**: a tool call is not text the rails can check (as
+  ``guardcache serve`` refuses ``tools``); NeMo passes tool calls on unchecked. So is
+  ``rails.input.during_main`` with a wrapped chain (a chain may act; it must not start before the
+  input verdict).
+- ``a | b`` never changes ``a``: it returns a new ``RunnableRails`` (sharing ``a``'s caches). NeMo
+  sets ``b`` as the llm of ``a`` and returns ``a``.
+- ``stream``/``astream`` on a ``str`` input yield ``str`` pieces (NeMo yields ``AIMessageChunk``):
+  the pieces add up to what ``invoke`` returns. Sync ``stream`` streams (NeMo collects the whole
+  answer first). ``batch`` runs the inputs concurrently on one event loop, as ``abatch`` does, at most
+  ``config["max_concurrency"]`` (default 32) at a time (NeMo: ``batch`` one by one, ``abatch``
+  unbounded).
+
+``passthrough=False`` (NeMo: let dialog rails rewrite the prompt) has no meaning without dialog rails
+and is accepted with a warning; ``tools`` (NeMo's actions) is refused; ``verbose`` is ignored.
+``input_blocked_message`` / ``output_blocked_message`` replace the refusal of a turn blocked at
+input / output (default: the rails' refusal, as NeMo, which stores but does not use them).
+
+Mind Python's ``|``: ``prompt | guardrails | llm`` is ``(prompt | guardrails) | llm``, a sequence in
+which ``llm`` only reads the rails' output. Write ``prompt | (guardrails | llm)``; when the rails
+have no main model of their own, the other form fails on its first call instead of running ``llm``
+unguarded.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextvars
+import copy
+import logging
+from collections.abc import AsyncIterator, Coroutine, Iterator, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from types import TracebackType
+from typing import Any, NamedTuple, TypeVar
+
+from langchain_core.language_models import BaseLanguageModel
+from langchain_core.messages import AIMessage, AIMessageChunk, BaseMessage, ChatMessage
+from langchain_core.prompt_values import PromptValue, StringPromptValue
+from langchain_core.runnables import Runnable, RunnableBinding, RunnableConfig
+from langchain_core.runnables.base import RunnableSequence, coerce_to_runnable
+from langchain_core.runnables.config import get_config_list
+
+from guardcache.config import RailsConfig
+from guardcache.errors import ConfigError
+from guardcache.llm.stream import StreamTotals
+from guardcache.llm.types import Usage
+from guardcache.rails.llmrails import LLMRails
+from guardcache.rails.main_llm import LangChainLLM
+from guardcache.rails.messages import Message, read_messages
+from guardcache.rails.turn import TurnInfo
+
+logger = logging.getLogger(__name__)
+
+T = TypeVar("T")
+
+DEFAULT_MAX_CONCURRENCY = 32
+"""Turns ``batch``/``abatch`` run at once when the config names no ``max_concurrency``."""
+
+# -- what the caller passed, and the shape of what it gets back ------------------------------------
+
+_TEXT, _MESSAGE, _DICT = "text", "message", "dict"
+
+
+class _Shape(NamedTuple):
+    kind: str  # the reply as text, as an AIMessage, or as a {"role", "content"} dict
+    keyed: bool  # wrapped as {output_key: reply} (the input was a dict)
+
+
+def _as_message(item: Any) -> Any:
+    """A LangChain ``ChatMessage`` (type ``"chat"``) as the dict of its role; anything else as is."""
+    if isinstance(item, ChatMessage):
+        return {"role": item.role, "content": item.content}
+    return item
+
+
+def _list_kind(items: Sequence[Any]) -> str:
+    return _MESSAGE if items and all(isinstance(m, BaseMessage) for m in items) else _DICT
+
+
+def _read_value(value: Any, where: str) -> tuple[list[Message], str] | None:
+    """Messages and reply kind of a text, prompt value, message or list of messages (else None)."""
+    if isinstance(value, str):
+        return [{"role": "user", "content": value}], _TEXT
+    if isinstance(value, StringPromptValue):
+        return [{"role": "user", "content": value.text}], _TEXT
+    if isinstance(value, PromptValue):  # ChatPromptValue
+        items = value.to_messages()
+        return read_messages([_as_message(m) for m in items], where), _MESSAGE
+    if isinstance(value, BaseMessage):
+        return read_messages([_as_message(value)], where), _MESSAGE
+    if isinstance(value, list):
+        return read_messages([_as_message(m) for m in value], where), _list_kind(value)
+    return None
+
+
+def _read_input(value: Any, input_key: str) -> tuple[list[Message], _Shape]:
+    """The turn's messages and the shape of its reply, from any input NeMo's RunnableRails takes."""
+    read = _read_value(value, "input")
+    if read is not None:
+        return read[0], _Shape(read[1], keyed=False)
+    if isinstance(value, Mapping):
+        key = input_key if input_key in value else "input" if "input" in value else None
+        if key is None:
+            raise ValueError(
+                f"RunnableRails: expected the key {input_key!r} (or 'input') in the input dict; "
+                f"it has {sorted(map(str, value))}"
+            )
+        read = _read_value(value[key], f"input[{key!r}]")
+        if read is None:
+            raise ValueError(
+                f"RunnableRails: input[{key!r}] must be a str, a message or a list of messages, "
+                f"not {type(value[key]).__name__}"
+            )
+        return read[0], _Shape(read[1], keyed=True)
+    raise ValueError(
+        f"RunnableRails: unsupported input type {type(value).__name__!r}; supported: str, a dict with "
+        "the input key, a message, a list of messages, ChatPromptValue, StringPromptValue"
+    )
+
+
+def _content_text(content: Any) -> str:
+    """The text of a message's content: a str, or the text parts of a list (other parts are not
+    text the rails can read, and are never handed on)."""
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        parts = []
+        for part in content:
+            if isinstance(part, str):
+                parts.append(part)
+            elif isinstance(part, Mapping) and part.get("type") == "text":
+                parts.append(str(part.get("text") or ""))
+        return "".join(parts)
+    return "" if content is None else str(content)
+
+
+def _output_text(output: Any, output_key: str) -> str:
+    """The text of what the wrapped model or chain returned, for the output rails."""
+    inner = output[output_key] if isinstance(output, Mapping) and output_key in output else output
+    if isinstance(inner, str):
+        return inner
+    if isinstance(inner, BaseMessage):
+        return _content_text(inner.content)
+    if isinstance(inner, Mapping) and "role" in inner and isinstance(inner.get("content"), str):
+        return str(inner["content"])  # {"role": "assistant", "content": ...}
+    raise ValueError(
+        f"RunnableRails: the wrapped runnable returned {type(output).__name__}; the output rails need "
+        f"its text: a str, a message, or a dict with {output_key!r} holding one"
+    )
+
+
+def _chunk_text(chunk: Any, output_key: str) -> str:
+    """The text of one streamed chunk ("" for a dict chunk without the output key)."""
+    if isinstance(chunk, Mapping) and output_key not in chunk:
+        return ""
+    return _output_text(chunk, output_key)
+
+
+def _ai_message(text: str, like: Any = None) -> AIMessage:
+    """An ``AIMessage`` holding ``text``; with the id and metadata of ``like`` (the model's own
+    reply), never its tool calls or extra fields: they were not checked."""
+    if not isinstance(like, BaseMessage):
+        return AIMessage(content=text)
+    usage = getattr(like, "usage_metadata", None)
+    return AIMessage(
+        content=text, id=like.id, response_metadata=dict(like.response_metadata), usage_metadata=usage
+    )
+
+
+def _replaced(output: Any, text: str, output_key: str) -> Any:
+    """A wrapped chain's ``output`` with its text replaced by ``text`` (the checked text or the
+    refusal), in the type the chain returned."""
+    if isinstance(output, Mapping) and output_key in output:
+        return {**output, output_key: _replaced(output[output_key], text, output_key)}
+    if isinstance(output, BaseMessage):
+        return _ai_message(text, output)
+    if isinstance(output, Mapping) and "role" in output:
+        return {"role": "assistant", "content": text}
+    return text
+
+
+def _blocked(turn: TurnInfo) -> str | None:
+    """Where the turn was blocked: ``"input"``, ``"output"`` or None."""
+    checks = turn.checks
+    if not all(r.allowed for r in checks.input):
+        return "input"
+    if not all(r.allowed for r in checks.output):
+        return "output"
+    return None
+
+
+# -- the wrapped model or chain as the main model --------------------------------------------------
+
+
+class _Call:
+    """One turn's call of the wrapped runnable: the caller's input, and what the runnable returned."""
+
+    __slots__ = ("input", "output")
+
+    def __init__(self, value: Any) -> None:
+        self.input = value
+        self.output: Any = None
+
+
+_CALL: contextvars.ContextVar[_Call | None] = contextvars.ContextVar("guardcache_runnable_call", default=None)
+"""The running turn's call (the turn's tasks copy it: an early main call sees it too)."""
+
+
+class _WrappedMain(LangChainLLM):
+    """The main model slot of ``guardrails | llm`` (or ``| chain``).
+
+    A model gets the turn's messages (as ``LLMRails(config, llm=...)``); a chain gets the caller's
+    original input. Either runs with ``callbacks=[]``: its raw answer is unchecked, and the run's
+    callbacks (stream events an app may show its user) must only see the rails' checked output.
+    """
+
+    def __init__(self, runnable: Runnable[Any, Any], *, chain: bool, output_key: str) -> None:
+        super().__init__(runnable.with_config(callbacks=[]))
+        self.chain = chain
+        self.output_key = output_key
+
+    def _input(self, messages: Sequence[dict[str, str]]) -> Any:
+        if not self.chain:
+            return self._messages(messages)
+        call = _CALL.get()
+        if call is None:
+            raise RuntimeError("a chain wrapped by RunnableRails runs only in a RunnableRails turn")
+        return call.input
+
+    def _bound(self, params: Mapping[str, Any]) -> Any:
+        return self.llm.bind(**params) if params and not self.chain else self.llm
+
+    async def generate(self, messages: Sequence[dict[str, str]], **params: Any) -> tuple[str, Usage]:
+        output = await self._bound(params).ainvoke(self._input(messages))
+        call = _CALL.get()
+        if call is not None:
+            call.output = output
+        return _output_text(output, self.output_key), self._usage(getattr(output, "usage_metadata", None))
+
+    async def stream(
+        self, messages: Sequence[dict[str, str]], totals: StreamTotals, **params: Any
+    ) -> AsyncIterator[str]:
+        meta: dict[str, Any] = {}
+        async for chunk in self._bound(params).astream(self._input(messages)):
+            usage = getattr(chunk, "usage_metadata", None)
+            if usage:
+                for key in ("input_tokens", "output_tokens", "total_tokens"):
+                    meta[key] = meta.get(key, 0) + int(usage.get(key, 0) or 0)
+            text = _chunk_text(chunk, self.output_key)
+            if text:
+                yield text
+        totals.usage = self._usage(meta)
+        totals.finish_reason = "stop"
+
+
+def _is_model(value: Any) -> bool:
+    """A LangChain language model, or a binding of one (``llm.bind(...)``, ``llm.with_config()``)."""
+    while isinstance(value, RunnableBinding):
+        value = value.bound
+    return isinstance(value, BaseLanguageModel)
+
+
+def _binds_tools(value: Any) -> bool:
+    while isinstance(value, RunnableBinding):
+        kwargs = value.kwargs
+        if kwargs.get("tools") or kwargs.get("functions"):
+            return True
+        value = value.bound
+    return False
+
+
+def _with_main(base: LLMRails, main: _WrappedMain) -> LLMRails:
+    """``base`` with another main model: the same config, checks, clients and caches (a shallow
+    copy), its own main model and last turn."""
+    rails = copy.copy(base)
+    rails._main = main
+    rails._last = None
+    return rails
+
+
+# -- blocking calls ----------------------------------------------------------------------------------
+
+
+class _Runner:
+    """Runs a blocking call's coroutines on one private event loop, in this thread; in a worker
+    thread when this thread already runs a loop (a notebook), where ``asyncio.run`` cannot. On
+    close, the loop's connections are closed, as ``LLMRails.generate()`` does."""
+
+    def __init__(self, rails: LLMRails) -> None:
+        self._rails = rails
+        self._loop = asyncio.new_event_loop()
+        self._worker: ThreadPoolExecutor | None = None
+        try:
+            asyncio.get_running_loop()
+        except RuntimeError:
+            pass
+        else:
+            self._worker = ThreadPoolExecutor(1, thread_name_prefix="guardcache-runnable")
+
+    def run(self, coro: Coroutine[Any, Any, T]) -> T:
+        if self._worker is None:
+            return self._loop.run_until_complete(coro)
+        context = contextvars.copy_context()  # the caller's (LangChain's run config among them)
+        return self._worker.submit(context.run, self._loop.run_until_complete, coro).result()
+
+    def close(self) -> None:
+        try:
+            self.run(self._rails._close_loop_resources(flush=False))
+            self.run(self._loop.shutdown_asyncgens())
+        finally:
+            if self._worker is None:
+                self._loop.close()
+            else:
+                self._worker.submit(self._loop.close).result()
+                self._worker.shutdown()
+
+    def __enter__(self) -> _Runner:
+        return self
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.close()
+
+
+_DONE = object()
+
+
+async def _next(iterator: AsyncIterator[T]) -> T | object:
+    try:
+        return await iterator.__anext__()
+    except StopAsyncIteration:
+        return _DONE
+
+
+async def _one(value: Any) -> AsyncIterator[Any]:
+    yield value
+
+
+_warned_passthrough = False
+
+
+# -- the Runnable ------------------------------------------------------------------------------------
+
+
+class RunnableRails(Runnable[Any, Any]):
+    """The rails of a config as a LangChain ``Runnable`` (see the module docstring).
+
+    Args:
+        config: a :class:`RailsConfig`, or an :class:`LLMRails` whose caches to share
+            (``rails.as_runnable()``).
+        llm: the main model (any LangChain chat model); ``RunnableRails(config) | llm`` sets it too.
+            Without it (and without ``runnable``), the config's ``main`` model answers.
+        runnable: a chain to wrap instead of a model; it gets the caller's original input.
+        input_key / output_key: where a dict input holds the user's message, and where a dict
+            output holds the answer.
+        input_blocked_message / output_blocked_message: the reply of a turn blocked at input /
+            output (default: the rails' refusal).
+        passthrough, tools, verbose: NeMo's; see the module docstring.
+
+    Attributes:
+        rails: the :class:`LLMRails` that runs each turn (``rails.explain()``, ``rails.model_caches``).
+    """
+
+    def __init__(
+        self,
+        config: RailsConfig | LLMRails,
+        llm: Any | None = None,
+        tools: Sequence[Any] | None = None,
+        passthrough: bool = True,
+        runnable: Runnable[Any, Any] | None = None,
+        input_key: str = "input",
+        output_key: str = "output",
+        verbose: bool = False,
+        input_blocked_message: str | None = None,
+        output_blocked_message: str | None = None,
+    ) -> None:
+        global _warned_passthrough
+        if tools:
+            raise ValueError(
+                "RunnableRails(tools=...): guardcache runs no actions (NeMo registers tools as actions); "
+                "give the tools to your agent and wrap the agent: RunnableRails(config, runnable=agent)"
+            )
+        if not passthrough and not _warned_passthrough:
+            _warned_passthrough = True
+            logger.warning(
+                "RunnableRails(passthrough=False): guardcache has no dialog rails to rewrite the prompt; "
+                "the input is passed through as checked"
+            )
+        if llm is not None and runnable is not None:
+            raise ValueError("RunnableRails: pass llm= or runnable=, not both")
+        base = config if isinstance(config, LLMRails) else LLMRails(config)
+        self._base = base
+        self.llm = llm
+        self.runnable = runnable
+        self.passthrough = passthrough
+        self.input_key = input_key
+        self.output_key = output_key
+        self.verbose = verbose
+        self.input_blocked_message = input_blocked_message
+        self.output_blocked_message = output_blocked_message
+        self.rails: LLMRails = base
+        where = base.config.source or "<config>"
+        if llm is not None:
+            if not _is_model(llm):
+                raise TypeError(
+                    f"RunnableRails(llm=...) takes a LangChain language model, not {type(llm).__name__}; "
+                    "wrap a chain with runnable=..."
+                )
+            if _binds_tools(llm):
+                raise ValueError(
+                    "RunnableRails: the model has tools bound; a tool call is not text the rails can "
+                    "check. Wrap the agent that runs the tools instead: RunnableRails(config, runnable=agent)"
+                )
+            self.rails = _with_main(base, _WrappedMain(llm, chain=False, output_key=output_key))
+        elif runnable is not None:
+            if base.config.rails.input.during_main:
+                raise ConfigError(
+                    f"{where}: rails.input.during_main: a wrapped chain may act; it must not start "
+                    "before the input verdict (wrap a model instead, or turn during_main off)"
+                )
+            self.rails = _with_main(base, _WrappedMain(runnable, chain=True, output_key=output_key))
+
+    # -- composition -------------------------------------------------------------------------------
+
+    def __or__(self, other: Any) -> Runnable[Any, Any]:  # type: ignore[override]
+        """``guardrails | llm``: a new ``RunnableRails`` with ``llm`` as its main model (sharing
+        these rails' caches). ``guardrails | chain`` wraps the chain when the rails have no main
+        model; anything else (or rails that already have one) makes a plain sequence."""
+        if self.llm is None and self.runnable is None:
+            if _is_model(other):
+                return self._derive(llm=other)
+            if self.rails._main is None:
+                return self._derive(runnable=coerce_to_runnable(other))
+        return RunnableSequence(self, coerce_to_runnable(other))
+
+    def _derive(self, **wrapped: Any) -> RunnableRails:
+        return RunnableRails(
+            self._base,
+            passthrough=self.passthrough,
+            input_key=self.input_key,
+            output_key=self.output_key,
+            verbose=self.verbose,
+            input_blocked_message=self.input_blocked_message,
+            output_blocked_message=self.output_blocked_message,
+            **wrapped,
+        )
+
+    @property
+    def InputType(self) -> Any:
+        return Any
+
+    @property
+    def OutputType(self) -> Any:
+        return Any
+
+    # -- one turn ------------------------------------------------------------------------------------
+
+    def _require_main(self) -> None:
+        if self.rails._main is None:
+            raise ConfigError(
+                f"{self.rails.config.source or '<config>'}: RunnableRails has no main model: compose "
+                "guardrails | llm (in a longer chain, prompt | (guardrails | llm): Python reads "
+                "prompt | guardrails | llm as (prompt | guardrails) | llm), pass llm= or runnable=, or "
+                "add a model with type: main to the config"
+            )
+
+    def _refusal(self, blocked: str | None) -> str | None:
+        if blocked == "input":
+            return self.input_blocked_message
+        if blocked == "output":
+            return self.output_blocked_message
+        return None
+
+    async def _turn(self, value: Any) -> Any:
+        messages, shape = _read_input(value, self.input_key)
+        self._require_main()
+        rails = self.rails
+        call = _Call(value)
+        token = _CALL.set(call)
+        try:
+            reply = await rails.generate_async(messages=messages)
+            turn = rails.explain()  # this turn's: nothing ran between its end and here
+        finally:
+            _CALL.reset(token)
+        blocked = _blocked(turn)
+        text = self._refusal(blocked) or reply["content"]
+        if self.runnable is not None:  # a wrapped chain
+            if call.output is None:  # blocked at input: the chain never ran
+                return {self.output_key: text}
+            if blocked is not None:  # nothing of a blocked answer is handed on, its other keys included
+                if isinstance(call.output, BaseMessage):
+                    return AIMessage(content=text)
+                return {self.output_key: text} if isinstance(call.output, Mapping) else text
+            return _replaced(call.output, text, self.output_key)
+        return self._shaped(text, shape, like=call.output if blocked is None else None)
+
+    def _shaped(self, text: str, shape: _Shape, *, like: Any = None, chunk: bool = False) -> Any:
+        value: Any
+        if shape.kind == _TEXT:
+            value = text
+        elif shape.kind == _MESSAGE:
+            value = AIMessageChunk(content=text) if chunk else _ai_message(text, like)
+        else:
+            value = {"role": "assistant", "content": text}
+        return {self.output_key: value} if shape.keyed else value
+
+    async def _stream_turn(self, inputs: AsyncIterator[Any]) -> AsyncIterator[Any]:
+        value = [item async for item in inputs][-1]  # astream hands over its one input
+        messages, shape = _read_input(value, self.input_key)
+        self._require_main()
+        stream = self.rails.stream_async(messages=messages, stream_main=None)
+        async with stream:  # closes the turn (and the main call) if the caller stops early
+            token = _CALL.set(_Call(value))
+            try:
+                piece = await _next(stream)  # starts the turn's task, which copies this context
+            finally:
+                _CALL.reset(token)
+            while piece is not _DONE:
+                assert isinstance(piece, str)
+                text = self._refusal(stream.blocked) or piece  # the refusal is a blocked stream's last piece
+                yield self._shaped(text, shape, chunk=True)
+                piece = await _next(stream)
+
+    # -- the Runnable interface ------------------------------------------------------------------------
+
+    def invoke(self, input: Any, config: RunnableConfig | None = None, **kwargs: Any) -> Any:
+        """One guarded turn (blocking). In async code, prefer :meth:`ainvoke`."""
+        return self._call_with_config(self._invoke_blocking, input, config)
+
+    def _invoke_blocking(self, value: Any) -> Any:
+        with _Runner(self.rails) as runner:
+            return runner.run(self._turn(value))
+
+    async def ainvoke(self, input: Any, config: RunnableConfig | None = None, **kwargs: Any) -> Any:
+        """One guarded turn."""
+        return await self._acall_with_config(self._turn, input, config)
+
+    def astream(self, input: Any, config: RunnableConfig | None = None, **kwargs: Any) -> AsyncIterator[Any]:
+        """One guarded turn, its reply in pieces, as :meth:`LLMRails.stream_async`: nothing before
+        the input verdict; the answer checked whole (one piece after its check) or, with
+        ``rails.output.streaming``, window by window; a block ends the stream with the refusal.
+
+        Closing the iterator early (``aclose()``) cancels the turn and the main call."""
+        # LangChain's own generator, not one around it: its aclose() reaches the turn at once.
+        return self._atransform_stream_with_config(_one(input), self._stream_turn, config)
+
+    def stream(self, input: Any, config: RunnableConfig | None = None, **kwargs: Any) -> Iterator[Any]:
+        """:meth:`astream`, blocking: each piece is yielded as it comes."""
+        runner = _Runner(self.rails)
+        pieces = self.astream(input, config)
+        try:
+            while (piece := runner.run(_next(pieces))) is not _DONE:
+                yield piece
+        finally:
+            try:
+                runner.run(pieces.aclose())  # type: ignore[attr-defined]
+            finally:
+                runner.close()
+
+    async def abatch(
+        self,
+        inputs: list[Any],
+        config: RunnableConfig | list[RunnableConfig] | None = None,
+        *,
+        return_exceptions: bool = False,
+        **kwargs: Any,
+    ) -> list[Any]:
+        """One guarded turn per input, concurrently (at most ``max_concurrency`` of the config, by
+        default 32, at a time); the outputs in the order of the inputs. An error is raised (the
+        other turns are cancelled) unless ``return_exceptions``, which puts it in its place."""
+        if not inputs:
+            return []
+        configs = get_config_list(config, len(inputs))
+        limit = configs[0].get("max_concurrency") or DEFAULT_MAX_CONCURRENCY
+        results: list[Any] = [None] * len(inputs)
+        order = iter(range(len(inputs)))
+
+        async def worker() -> None:
+            for i in order:  # shared: each input is taken by one worker
+                try:
+                    results[i] = await self.ainvoke(inputs[i], configs[i])
+                except Exception as exc:
+                    if not return_exceptions:
+                        raise
+                    results[i] = exc
+
+        workers = [asyncio.ensure_future(worker()) for _ in range(min(limit, len(inputs)))]
+        try:
+            await asyncio.gather(*workers)
+        finally:
+            for task in workers:
+                task.cancel()
+            await asyncio.gather(*workers, return_exceptions=True)
+        return results
+
+    def batch(
+        self,
+        inputs: list[Any],
+        config: RunnableConfig | list[RunnableConfig] | None = None,
+        *,
+        return_exceptions: bool = False,
+        **kwargs: Any,
+    ) -> list[Any]:
+        """:meth:`abatch`, blocking (one event loop for the whole batch)."""
+        if not inputs:
+            return []
+        with _Runner(self.rails) as runner:
+            return runner.run(self.abatch(inputs, config, return_exceptions=return_exceptions))
+
+
+__all__ = ["DEFAULT_MAX_CONCURRENCY", "RunnableRails"]
