@@ -35,7 +35,7 @@ from typing import Any, NamedTuple, Protocol
 from guardcache.cache import CacheInterface, Namespace
 from guardcache.cache.keys import digest_fields, normalize_text
 from guardcache.checks.verdict import CachedCheck, Verdict
-from guardcache.config.prompts import TaskPrompt
+from guardcache.config.prompts import TaskPrompt, fixed_variables
 from guardcache.errors import BackendDeclinedError, InputRejectedError, ParseError
 from guardcache.flows import DEFAULT_MAX_INPUT_CHARS, FlowSpec
 from guardcache.llm.client import ChatClient
@@ -189,13 +189,17 @@ class LLMCheck:
         self.cache = cache
         self.settings = Settings.of(settings)  # validated once; the fingerprint covers what is read
         self.texts = TurnTexts(spec.variables, max_input_chars)
+        # What the template may read beside the texts with one value (history: None outside topic
+        # control, as NeMo renders it); constant, so not keyed.
+        self.fixed: dict[str, Any] = fixed_variables(spec.variables)
         self.namespace = Namespace.of(
             model_type, model_name, fingerprint(prompt, self.settings), {**self.params, "~flow": spec.name}
         )
 
     def messages(self, texts: Mapping[str, Any]) -> list[dict[str, str]]:
         """The exact request messages for these (normalized) texts."""
-        rendered = render_messages(self.prompt, texts, self.settings)
+        variables = {**texts, **self.fixed} if self.fixed else texts
+        rendered = render_messages(self.prompt, variables, self.settings)
         build = self.spec.build_messages
         return rendered if build is None else build(rendered, texts)
 

@@ -1,8 +1,17 @@
-"""Model entries of ``config.yml``: which engine serves a model, its API key's env var, its cache.
+"""Model entries of ``config.yml``: which engine serves a model, its API key, its cache.
 
 Part of the config boundary (see ``guardcache.config``): pydantic models, validated once at load time,
-immutable afterwards. A model's API key never comes from YAML, only from the environment variable
-named by ``api_key_env_var``, read at call time so a rotated key is picked up without a reload.
+immutable afterwards. A model's API key comes from the environment variable named by
+``api_key_env_var``, read at call time so a rotated key is picked up without a reload. A key written
+in the file (``parameters.api_key``, as NeMo's own examples do with vLLM's placeholder ``EMPTY``) is
+accepted with a load warning (``RailsConfig`` names the field): it is taken out of ``parameters`` at
+validation and kept apart (:meth:`ModelConfig.api_key`), so it is in no ``repr``, no error message,
+no request body and no cache namespace.
+
+Every model but ``main`` gets a verdict cache unless its ``cache: {enabled: false}`` says otherwise
+(NeMo's default is off; guardcache exists to cache guard verdicts). ``main`` gets one only when its
+entry says ``cache: {enabled: true}``, and then only for checks that run on it (self check input and
+output without a model of their own); the main model's answers are never cached.
 """
 
 from __future__ import annotations
@@ -16,6 +25,9 @@ from pydantic import (
     BeforeValidator,
     ConfigDict,
     Field,
+    ModelWrapValidatorHandler,
+    PrivateAttr,
+    SecretStr,
     field_validator,
     model_validator,
 )
@@ -40,7 +52,41 @@ DEFAULT_NVIDIA_KEY_VAR = "NVIDIA_API_KEY"
 """The key NVIDIA engines read when a model names no ``api_key_env_var`` (NeMo's default)."""
 
 SECRET_PARAMETERS = frozenset({"api_key", "openai_api_key", "nvidia_api_key"})
-"""Keys refused anywhere in a model's config: a key comes from ``api_key_env_var``, never from YAML."""
+"""Keys of a model's ``parameters`` that hold its API key (NeMo passes them to the LangChain client).
+Accepted with a load warning; the value is taken out of ``parameters`` and never shown."""
+
+INLINE_KEY_ADVICE = (
+    "a key in a config file ends up in version control and logs; prefer api_key_env_var "
+    "(the name of an environment variable holding the key)"
+)
+"""What the load warning says about a key written in the config file."""
+
+MAIN_MODEL_TYPE = "main"
+
+
+def inline_secret(value: Any, loc: tuple[str, ...]) -> str | None:
+    """An API key written in a config file, checked: a one-line string (``None``: not given).
+
+    Error messages never show the value (it is a secret, or a secret's typo)."""
+    if value is None:
+        return None
+    if not isinstance(value, str):
+        raise FieldError(f"expected the key as a string (got {_kind(value)}; the value is not shown)", loc)
+    if not value.strip() or any(ch in value for ch in "\r\n\0"):
+        raise FieldError("expected the key as one line of text, not empty (the value is not shown)", loc)
+    return value
+
+
+def _kind(value: Any) -> str:
+    if isinstance(value, bool):
+        return "true or false"
+    if isinstance(value, int | float):
+        return "a number"
+    if isinstance(value, dict):
+        return "a mapping"
+    if isinstance(value, list | tuple):
+        return "a list"
+    return type(value).__name__
 
 
 def _parameter_problems(params: dict[str, Any]) -> list[Problem]:
@@ -86,7 +132,7 @@ class CacheStatsConfig(BaseModel):
 
     model_config = STRICT
 
-    enabled: bool = False
+    enabled: bool = True  # counting is cheap (integers under the cache's own lock)
     log_interval: PositiveFloat | None = None  # seconds between stats log lines; None: never
 
 
@@ -157,11 +203,14 @@ def _env_bytes(name: str) -> bytes | None:
 
 
 class ModelCacheConfig(BaseModel):
-    """The verdict cache of one model. Off unless ``enabled: true``, as in NeMo Guardrails."""
+    """The verdict cache of one model: on unless ``enabled: false`` (NeMo's default is off), stats on.
+
+    ``ModelConfig`` turns it off for the ``main`` model unless its entry says ``enabled: true``.
+    """
 
     model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
 
-    enabled: bool = False
+    enabled: bool = True
     maxsize: PositiveInt = Field(
         default=50000, validation_alias=AliasChoices("maxsize", "capacity_per_model")
     )
@@ -201,26 +250,67 @@ class ModelConfig(BaseModel):
         default_factory=ModelCacheConfig
     )
 
+    # The API key written in the file (parameters.api_key and NeMo's aliases), kept out of
+    # ``parameters`` and out of every repr; ``api_key()`` reads it. Copies keep it.
+    _inline_key: SecretStr | None = PrivateAttr(default=None)
+    _inline_key_field: str | None = PrivateAttr(default=None)
+
+    @model_validator(mode="wrap")
+    @classmethod
+    def _take_out_the_inline_key(
+        cls, data: Any, handler: ModelWrapValidatorHandler[ModelConfig]
+    ) -> ModelConfig:
+        """Move ``parameters.api_key`` (or ``openai_api_key`` / ``nvidia_api_key``) out of the
+        parameters before anything else reads them: no error, repr or request body can show it."""
+        found: tuple[str, str] | None = None
+        params = data.get("parameters") if isinstance(data, dict) else None
+        if isinstance(params, dict) and SECRET_PARAMETERS & params.keys():
+            keys = sorted(SECRET_PARAMETERS & params.keys())
+            values = {k: inline_secret(params[k], ("parameters", k)) for k in keys}
+            given = {k: v for k, v in values.items() if v is not None}
+            if len(set(given.values())) > 1:
+                raise FieldError(
+                    f"the API key is given twice, with different values ({', '.join(given)}); keep one",
+                    ("parameters", keys[-1]),
+                )
+            if given and data.get("api_key_env_var") is not None:
+                name = next(iter(given))
+                raise FieldError(
+                    f"the API key is given twice (parameters.{name} and api_key_env_var); keep "
+                    "api_key_env_var",
+                    ("parameters", name),
+                )
+            data = {**data, "parameters": {k: v for k, v in params.items() if k not in SECRET_PARAMETERS}}
+            if given:
+                name = next(iter(given))
+                found = (name, given[name])
+        model = handler(data)
+        if found is not None:
+            model._inline_key_field, model._inline_key = found[0], SecretStr(found[1])
+        return model
+
     @model_validator(mode="before")
     @classmethod
-    def _no_secrets_and_nemo_model_name(cls, data: Any) -> Any:
+    def _nemo_model_name_and_default_cache(cls, data: Any) -> Any:
         if not isinstance(data, dict):
             return data
-        advice = (
-            "secrets do not belong in config files: put the key in an environment variable "
-            "and name it with api_key_env_var (e.g. api_key_env_var: NVIDIA_API_KEY)"
-        )
-        if "api_key" in data:
-            raise FieldError(advice, ("api_key",))
+        if "api_key" in data:  # NeMo's Model has no such field: NeMo would ignore the key silently
+            raise FieldError(
+                "a key here is not read (NeMo Guardrails ignores it too): name the environment "
+                "variable that holds it with api_key_env_var (e.g. api_key_env_var: NVIDIA_API_KEY)",
+                ("api_key",),
+            )
         if "model_name" in data:  # NeMo's current content-safety example writes model_name:
             if "model" in data:
                 raise FieldError("give the model name once, as `model`", ("model_name",))
             data = {k: v for k, v in data.items() if k != "model_name"} | {"model": data["model_name"]}
+        if data.get("type") == MAIN_MODEL_TYPE:
+            # The main model's cache is off unless asked for (its answers are never cached).
+            cache = {} if data.get("cache") is None else data["cache"]
+            if isinstance(cache, dict) and "enabled" not in cache:
+                data = {**data, "cache": {**cache, "enabled": False}}
         params = data.get("parameters")
         if isinstance(params, dict):
-            for key in params:
-                if key in SECRET_PARAMETERS:
-                    raise FieldError(advice, ("parameters", key))
             # NeMo also takes the model name from parameters.model_name / parameters.model.
             named = [k for k in ("model_name", "model") if k in params]
             if named and "model" not in data:
@@ -271,13 +361,22 @@ class ModelConfig(BaseModel):
             raise ConfigError(f"model {self.type!r}: engine {self.engine!r} needs parameters.base_url")
         return url.rstrip("/")
 
-    def api_key(self) -> str | None:
-        """The API key, read from ``api_key_env_var`` NOW (keys rotate; None if unset or empty).
+    @property
+    def inline_key_field(self) -> str | None:
+        """``api_key`` (or ``openai_api_key`` / ``nvidia_api_key``) when the key is written in the
+        config's ``parameters``, for the load warning; None when it is not. Never the value."""
+        return self._inline_key_field
 
-        Without ``api_key_env_var``, ``nim`` and ``nvidia_ai_endpoints`` models read
-        ``NVIDIA_API_KEY`` as NeMo Guardrails does, but only for an https endpoint: a default must
-        not send a hosted-API key in clear text to whatever local URL a config names.
+    def api_key(self) -> str | None:
+        """The API key: the one written in ``parameters`` if any, else ``api_key_env_var`` read NOW
+        (keys rotate; None if unset or empty).
+
+        Without either, ``nim`` and ``nvidia_ai_endpoints`` models read ``NVIDIA_API_KEY`` as NeMo
+        Guardrails does, but only for an https endpoint: a default must not send a hosted-API key in
+        clear text to whatever local URL a config names.
         """
+        if self._inline_key is not None:
+            return self._inline_key.get_secret_value()
         name = self.api_key_env_var
         if name is None:
             if self.engine not in NVIDIA_ENGINES or not self.base_url.startswith("https://"):
@@ -289,10 +388,13 @@ class ModelConfig(BaseModel):
 __all__ = [
     "DEFAULT_BASE_URLS",
     "DEFAULT_REDIS_SECRET_ENV_VAR",
+    "INLINE_KEY_ADVICE",
+    "MAIN_MODEL_TYPE",
     "SECRET_PARAMETERS",
     "CacheStatsConfig",
     "Engine",
     "ModelCacheConfig",
     "ModelConfig",
     "RedisConfig",
+    "inline_secret",
 ]

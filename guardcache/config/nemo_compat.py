@@ -24,22 +24,21 @@ NEMO_TOP_LEVEL_KEYS: frozenset[str] = frozenset(
         "enable_rails_exceptions",
         "event_source_uid",
         "flows",
-        "import_paths",
-        "instructions",
+        "import_paths",  # only an empty list gets here: RailsConfig refuses one that imports
         "knowledge_base",
         "lowest_temperature",
         "metrics",
         "passthrough",
         "prompting_mode",
         "raw_llm_call_action",
-        "sample_conversation",
         "sensitive_data_detection",
         "streaming",
         "tracing",
         "user_messages",
     }
 )
-"""Top-level keys of NeMo's ``RailsConfig`` that guardcache ignores."""
+"""Top-level keys of NeMo's ``RailsConfig`` that guardcache ignores. (``instructions`` and
+``sample_conversation`` are read: templates render them as NeMo's task manager does.)"""
 
 NEMO_RAILS_KEYS: frozenset[str] = frozenset({"actions", "dialog", "retrieval", "tool_input", "tool_output"})
 """Keys under ``rails:`` that guardcache ignores (it runs only ``rails.input`` and ``rails.output``)."""

@@ -15,7 +15,7 @@ same ``(base task, model type)``; everything else keeps the default. Rendering a
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Collection, Iterable, Sequence
 from importlib import resources
 from typing import Any
 
@@ -26,6 +26,13 @@ from guardcache.config.fields import STRICT, PositiveInt
 from guardcache.config.files import parse_mapping
 from guardcache.errors import ConfigError
 from guardcache.flows import split_ref
+
+
+def fixed_variables(variables: Collection[str]) -> dict[str, Any]:
+    """Variables a task's template may read with one value whatever the turn: NeMo's task manager
+    passes ``history`` to every prompt, but its guard actions give it no events, so outside topic
+    control (whose check reads the conversation, keyed) it is ``None``. Not keyed: it never varies."""
+    return {} if "history" in variables else {"history": None}
 
 
 def split_task(task: str) -> tuple[str, str | None]:
@@ -206,6 +213,7 @@ __all__ = [
     "PromptMessage",
     "TaskPrompt",
     "default_prompts",
+    "fixed_variables",
     "select_prompt",
     "split_task",
     "task_key",

@@ -24,7 +24,7 @@ from pydantic import (
 )
 
 from guardcache.checks import catalog as _catalog  # registers every check's flows
-from guardcache.config.errors import FieldError, Problem, format_loc, from_validation_error, show
+from guardcache.config.errors import FieldError, Loc, Problem, format_loc, from_validation_error, show
 from guardcache.config.fields import STRICT, PositiveFloat, PositiveInt, null_is_empty, reject_bool
 from guardcache.config.files import (
     ConfigFiles,
@@ -37,12 +37,24 @@ from guardcache.config.files import (
     parse_yaml,
     read_text,
 )
-from guardcache.config.models import ModelConfig
+from guardcache.config.models import INLINE_KEY_ADVICE, ModelConfig
 from guardcache.config.nemo_compat import strip_unused_nemo_keys
-from guardcache.config.prompts import TaskPrompt, default_prompts, select_prompt, split_task, with_defaults
+from guardcache.config.prompts import (
+    TaskPrompt,
+    default_prompts,
+    fixed_variables,
+    select_prompt,
+    split_task,
+    with_defaults,
+)
 from guardcache.config.settings import RailSettings
 from guardcache.errors import ConfigError
 from guardcache.flows import DEFAULT_MAX_INPUT_CHARS, KNOWN_FLOWS, FlowRef, FlowSpec, prompt_variables
+from guardcache.prompts.nemo_defaults import (
+    default_instructions,
+    default_sample_conversation,
+    general_instructions,
+)
 from guardcache.prompts.render import template_problems
 
 assert _catalog.PARSERS  # the import above is for its side effect: the flows exist before validation
@@ -135,6 +147,16 @@ class RailsSection(BaseModel):
     max_input_chars: PositiveInt = DEFAULT_MAX_INPUT_CHARS
 
 
+class Instruction(BaseModel):
+    """One of NeMo's ``instructions``: prompts read the first ``general`` one as
+    ``{{ general_instructions }}``."""
+
+    model_config = STRICT
+
+    type: str
+    content: str
+
+
 class RailsConfig(BaseModel):
     """A whole guardrails config: models, rails and the effective prompts.
 
@@ -149,6 +171,12 @@ class RailsConfig(BaseModel):
     models: list[ModelConfig] = Field(default_factory=list)
     rails: Annotated[RailsSection, BeforeValidator(null_is_empty)] = Field(default_factory=RailsSection)
     prompts: list[TaskPrompt] = Field(default_factory=list)
+    # NeMo's, read by templates only ({{ general_instructions }}, {{ sample_conversation }}); without
+    # them NeMo's defaults (guardcache.prompts.nemo_defaults), as in NeMo.
+    instructions: list[Instruction] | None = Field(
+        default_factory=lambda: [Instruction.model_validate(i) for i in default_instructions()], repr=False
+    )
+    sample_conversation: str | None = Field(default_factory=default_sample_conversation, repr=False)
 
     _source: str | None = PrivateAttr(default=None)
     _ignored: tuple[str, ...] = PrivateAttr(default=())
@@ -204,6 +232,7 @@ class RailsConfig(BaseModel):
                 "rails under rails.input.flows / rails.output.flows instead (refusing to run a config "
                 "with fewer rails than it declares)"
             )
+        _refuse_import_paths(sources)
         data, ignored = strip_unused_nemo_keys(sources.data)
         try:
             config = cls.model_validate(data)
@@ -217,6 +246,9 @@ class RailsConfig(BaseModel):
                 sources.label,
                 ", ".join(config._ignored),
             )
+        for loc in config.inline_key_fields():
+            # The field only, never the value.
+            logger.warning("%s: %s: %s", sources.file_of(loc), format_loc(loc), INLINE_KEY_ADVICE)
         return config
 
     @model_validator(mode="before")
@@ -311,12 +343,11 @@ class RailsConfig(BaseModel):
         problems: list[Problem] = []
         for i, prompt in enumerate(self.prompts):
             allowed = variables.get(prompt.base_task)
-            if allowed is None:  # a task guardcache never renders (e.g. NeMo's self_check_input)
+            if allowed is None:  # a task guardcache never renders (e.g. NeMo's generate_user_intent)
                 continue
             if prompt.content is not None:
-                problems += [
-                    (("prompts", i, "content"), m) for m in template_problems(prompt.content, allowed)
-                ]
+                found = _template_problems(prompt, prompt.content, allowed)
+                problems += [(("prompts", i, "content"), m) for m in found]
             for j, message in enumerate(prompt.messages or ()):
                 loc = ("prompts", i, "messages", j, "content")
                 if message.type is None:  # NeMo's "{{ history | to_chat_messages }}" entries
@@ -328,8 +359,32 @@ class RailsConfig(BaseModel):
                         )
                     )
                 else:
-                    problems += [(loc, m) for m in template_problems(message.content, allowed)]
+                    problems += [(loc, m) for m in _template_problems(prompt, message.content, allowed)]
         return problems
+
+    def template_settings(self) -> dict[str, Any]:
+        """The settings every template of this config reads by NeMo's names: ``rails.config``'s
+        (``reasoning_enabled``, ``config``...), ``general_instructions`` and ``sample_conversation``
+        (``_two_turns``). ``bot_thinking`` and ``relevant_chunks`` keep their defaults (None, "")."""
+        instructions = [i.model_dump() for i in self.instructions] if self.instructions is not None else None
+        return {
+            **self.rails.config.template_settings(),
+            "general_instructions": general_instructions(instructions),
+            "sample_conversation": self.sample_conversation,
+            "sample_conversation_two_turns": self.sample_conversation,
+        }
+
+    def inline_key_fields(self) -> list[Loc]:
+        """Where the config writes an API key itself (``models[i].parameters.api_key``,
+        ``rails.config.jailbreak_detection.api_key``): the load warning names them, never a value."""
+        found: list[Loc] = [
+            ("models", i, "parameters", model.inline_key_field)
+            for i, model in enumerate(self.models)
+            if model.inline_key_field is not None
+        ]
+        if self.rails.config.jailbreak_detection.has_inline_key:
+            found.append(("rails", "config", "jailbreak_detection", "api_key"))
+        return found
 
     def model_type_for(self, ref: FlowRef) -> str | None:
         """The model type a flow runs on: its ``$model=``, else the first configured of the types
@@ -466,6 +521,34 @@ def colang_refusal(files: ConfigFiles) -> str:
     )
 
 
+def _template_problems(prompt: TaskPrompt, template: str, allowed: frozenset[str]) -> list[str]:
+    """A template's problems, each naming its prompt (the caller adds the file and the field)."""
+    fixed = fixed_variables(allowed)
+    return [f"prompt {prompt.task!r}: {m}" for m in template_problems(template, allowed, fixed=fixed)]
+
+
+def _refuse_import_paths(sources: MergedSources) -> None:
+    """``import_paths`` makes NeMo load other config packages (their Colang flows, YAML and Python
+    actions) into this one; guardcache can load none of that, and without it the config would run
+    with fewer rails than it declares. An empty list imports nothing and is accepted."""
+    paths = sources.data.get("import_paths")
+    if paths is None or paths == []:
+        return
+    listed = (
+        ", ".join(repr(p) for p in paths[:3]) + (", ..." if len(paths) > 3 else "")
+        if isinstance(paths, list)
+        else show(paths)
+    )
+    raise ConfigError(
+        f"{sources.file_of(('import_paths',))}: import_paths: NeMo Guardrails would import the config "
+        f"packages {listed} (their Colang flows, YAML and Python actions) into this config; guardcache "
+        "cannot import NeMo config packages: it runs no Colang and no Python actions, and running "
+        "without them would run fewer rails than the config declares. Copy the rails you need into "
+        "this config's rails.input.flows / rails.output.flows (and their models and prompts) and "
+        "remove import_paths"
+    )
+
+
 def _refuse_flows_of_skipped_colang(sources: MergedSources, files: ConfigFiles) -> None:
     """A listed flow guardcache does not know, defined in a Colang file that is not loaded (excluded by
     ``.railsignore``, or under ``kb``): name that file rather than call the flow unknown."""
@@ -482,4 +565,4 @@ def _refuse_flows_of_skipped_colang(sources: MergedSources, files: ConfigFiles) 
                 )
 
 
-__all__ = ["OutputStreaming", "RailGroup", "RailsConfig", "RailsSection", "colang_refusal"]
+__all__ = ["Instruction", "OutputStreaming", "RailGroup", "RailsConfig", "RailsSection", "colang_refusal"]

@@ -12,16 +12,27 @@ from __future__ import annotations
 import os
 from typing import Annotated, Any
 
-from pydantic import BaseModel, BeforeValidator, Field, field_validator, model_validator
+from pydantic import (
+    BaseModel,
+    BeforeValidator,
+    Field,
+    ModelWrapValidatorHandler,
+    PrivateAttr,
+    SecretStr,
+    field_validator,
+    model_validator,
+)
 
 from guardcache.config.errors import FieldError
 from guardcache.config.fields import STRICT, EnvVarName, null_is_empty
+from guardcache.config.models import inline_secret
 from guardcache.errors import ConfigError
 from guardcache.llm.transport import validate_base_url
 
 
 class JailbreakDetectionConfig(BaseModel):
-    """Where the NemoGuard JailbreakDetect NIM answers: ``nim_base_url`` + ``nim_server_endpoint``."""
+    """Where the NemoGuard JailbreakDetect NIM answers: ``nim_base_url`` + ``nim_server_endpoint``;
+    its key from ``api_key_env_var`` (or NeMo's ``api_key``, accepted with a load warning)."""
 
     model_config = STRICT
 
@@ -34,16 +45,32 @@ class JailbreakDetectionConfig(BaseModel):
     prefix_suffix_perplexity_threshold: float | None = None
     embedding: str | None = None
 
-    @model_validator(mode="before")
+    # NeMo's ``api_key`` (a SecretStr there): accepted with a load warning, kept out of every repr.
+    _inline_key: SecretStr | None = PrivateAttr(default=None)
+
+    @model_validator(mode="wrap")
     @classmethod
-    def _no_secret(cls, data: Any) -> Any:
+    def _take_out_the_inline_key(
+        cls, data: Any, handler: ModelWrapValidatorHandler[JailbreakDetectionConfig]
+    ) -> JailbreakDetectionConfig:
+        key = None
         if isinstance(data, dict) and "api_key" in data:
-            raise FieldError(
-                "secrets do not belong in config files: name the environment variable that holds "
-                "the key with api_key_env_var",
-                ("api_key",),
-            )
-        return data
+            key = inline_secret(data["api_key"], ("api_key",))
+            if key is not None and data.get("api_key_env_var") is not None:
+                raise FieldError(
+                    "the API key is given twice (api_key and api_key_env_var); keep api_key_env_var",
+                    ("api_key",),
+                )
+            data = {k: v for k, v in data.items() if k != "api_key"}
+        settings = handler(data)
+        if key is not None:
+            settings._inline_key = SecretStr(key)
+        return settings
+
+    @property
+    def has_inline_key(self) -> bool:
+        """Whether the key is written in the config file (``api_key``), for the load warning."""
+        return self._inline_key is not None
 
     @field_validator("nim_base_url")
     @classmethod
@@ -63,7 +90,10 @@ class JailbreakDetectionConfig(BaseModel):
         return f"{self.nim_base_url.rstrip('/')}/{self.nim_server_endpoint.lstrip('/')}"
 
     def api_key(self) -> str | None:
-        """The bearer token, read from ``api_key_env_var`` now (None if unset or empty)."""
+        """The bearer token: ``api_key`` as written, else ``api_key_env_var`` read now (None if unset
+        or empty)."""
+        if self._inline_key is not None:
+            return self._inline_key.get_secret_value()
         if self.api_key_env_var is None:
             return None
         return os.environ.get(self.api_key_env_var) or None
@@ -108,8 +138,26 @@ class RailSettings(BaseModel):
     )
 
     def template_settings(self) -> dict[str, Any]:
-        """The settings templates may read (NeMo passes the same names to its prompts)."""
-        return {"reasoning_enabled": self.content_safety.reasoning.enabled}
+        """The values of ``rails.config`` templates may read, by the names NeMo's prompts use:
+        ``reasoning_enabled`` (what NeMo's content-safety actions pass), ``reasoning_mode`` (the name
+        NeMo's first Nemotron reasoning example read; NeMo never supplied it, so there it was always
+        off: here it follows the same switch) and ``config`` (``config.content_safety.reasoning.enabled``,
+        ``config.content_safety.multilingual.*``: the form NeMo's later example read)."""
+        safety = self.content_safety
+        reasoning = safety.reasoning.enabled
+        return {
+            "reasoning_enabled": reasoning,
+            "reasoning_mode": reasoning,
+            "config": {
+                "content_safety": {
+                    "reasoning": {"enabled": reasoning},
+                    "multilingual": {
+                        "enabled": safety.multilingual.enabled,
+                        "refusal_messages": safety.multilingual.refusal_messages,
+                    },
+                }
+            },
+        }
 
 
 __all__ = [

@@ -253,11 +253,14 @@ class ChatClient:
     ) -> ChatClient:
         """The client a model's transport settings describe (see ``split_parameters``).
 
-        ``default_base_url`` is used when the settings name none (an engine's hosted endpoint).
+        ``default_base_url`` is used when the settings name none (an engine's hosted endpoint);
+        ``api_key``, when None, is the settings' own (``parameters.api_key``).
         Settings left None keep the client's defaults: :data:`DEFAULT_TIMEOUT`, and the
         :class:`RetryPolicy` given in ``kwargs`` (or the default one), whose ``max_retries``
         ``settings.max_retries`` replaces. Other ``kwargs`` go to the constructor as they are.
         """
+        if api_key is None:
+            api_key = settings.api_key
         base_url = settings.base_url or default_base_url
         if base_url is None:
             raise ValueError(f"ChatClient.from_settings: no base_url for model {model!r}")

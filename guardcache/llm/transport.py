@@ -1,10 +1,13 @@
 """Transport settings of a model, apart from its generation parameters, and the one base-URL check.
 
 Why one place: a model's ``parameters:`` mixes how to reach the server (``base_url``, ``timeout``,
-``max_retries``, ``default_headers``) with what to ask it (``temperature``, ``max_tokens``...). The
+``max_retries``, ``default_headers``, and the API key NeMo configs may write there: ``api_key``,
+``openai_api_key``, ``nvidia_api_key``) with what to ask it (``temperature``, ``max_tokens``...). The
 second set goes into every request body and into the cache namespace (a changed temperature must
 not serve an old verdict); the first must go into neither: a transport key in the body can make a
-strict server answer 400, and in the namespace a changed timeout would empty the cache for nothing.
+strict server answer 400, and in the namespace a changed timeout (or a rotated key) would empty the
+cache for nothing. A key in the body or the namespace would also be sent to the model or derivable
+from the cache: it is a transport setting, sent only as ``Authorization: Bearer``.
 Splitting once, here, is what keeps the client, the check and the runtime builder agreeing on which
 key is which.
 """
@@ -20,16 +23,19 @@ from typing import Any
 
 from guardcache.errors import ConfigError
 
+API_KEY_KEYS: tuple[str, ...] = ("api_key", "openai_api_key", "nvidia_api_key")
+"""Keys of ``parameters`` that hold the API key (NeMo hands them to the LangChain client)."""
+
 TRANSPORT_KEYS: frozenset[str] = frozenset(
-    {"base_url", "openai_api_base", "timeout", "max_retries", "default_headers"}
+    {"base_url", "openai_api_base", "timeout", "max_retries", "default_headers", *API_KEY_KEYS}
 )
 """Keys of a model's ``parameters`` that configure the transport; every other key is a body field."""
 
 MANAGED_HEADERS: frozenset[str] = frozenset(
     {"authorization", "content-type", "content-length", "host", "transfer-encoding"}
 )
-"""Headers ``default_headers`` may not set: the client derives them (Authorization from the API key
-environment variable, because a secret in a config file ends up in version control and logs)."""
+"""Headers ``default_headers`` may not set: the client derives them (Authorization from the model's
+API key: ``api_key_env_var``, or ``parameters.api_key``)."""
 
 _TOKEN = re.compile(r"[!#$%&'*+.^_`|~0-9A-Za-z-]+")  # an HTTP field name (RFC 9110 token)
 
@@ -46,12 +52,15 @@ class TransportSettings:
         max_retries: retries after the first attempt (0: one request only).
         default_headers: extra request headers, as ``(name, value)`` pairs so the value stays
             hashable; values are kept out of ``repr`` (they may be tokens for a proxy).
+        api_key: the bearer token written in ``parameters`` (``api_key`` or NeMo's aliases); kept
+            out of ``repr``. None: the caller's (``ChatClient.from_settings``' ``api_key``).
     """
 
     base_url: str | None = None
     timeout: float | None = None
     max_retries: int | None = None
     default_headers: tuple[tuple[str, str], ...] = field(default=(), repr=False)
+    api_key: str | None = field(default=None, repr=False)
 
     @property
     def headers(self) -> dict[str, str]:
@@ -134,7 +143,27 @@ def split_parameters(params: Mapping[str, Any]) -> tuple[TransportSettings, dict
     headers: tuple[tuple[str, str], ...] = ()
     if "default_headers" in params:
         headers = _headers(params["default_headers"])
-    return TransportSettings(base_url, timeout, max_retries, headers), generation
+    return TransportSettings(base_url, timeout, max_retries, headers, _api_key(params)), generation
+
+
+def _api_key(params: Mapping[str, Any]) -> str | None:
+    """The key written under ``api_key`` / ``openai_api_key`` / ``nvidia_api_key``; messages never
+    show a value (it is a secret, or a typo of one)."""
+    given: dict[str, str] = {}
+    for key in API_KEY_KEYS:
+        value = params.get(key)
+        if value is None:
+            continue
+        if not isinstance(value, str) or not value.strip() or any(ch in value for ch in "\r\n\0"):
+            raise ConfigError(
+                f"parameters.{key}: expected the key as one line of text (the value is not shown)"
+            )
+        given[key] = value
+    if len(set(given.values())) > 1:
+        raise ConfigError(
+            f"parameters: the API key is given twice, with different values ({', '.join(given)})"
+        )
+    return next(iter(given.values()), None)
 
 
 def _number(value: object) -> float | None:
@@ -168,6 +197,7 @@ def _headers(value: object) -> tuple[tuple[str, str], ...]:
 
 
 __all__ = [
+    "API_KEY_KEYS",
     "MANAGED_HEADERS",
     "TRANSPORT_KEYS",
     "TransportSettings",

@@ -39,6 +39,11 @@ from jinja2.sandbox import ImmutableSandboxedEnvironment
 from jinja2.utils import Namespace
 
 from guardcache.prompts.filters import FILTERS, NEMO_DIALOG_FILTERS, REMOVED_FILTERS
+from guardcache.prompts.nemo_defaults import (
+    default_instructions,
+    default_sample_conversation,
+    general_instructions,
+)
 
 #: Longest string or list ``*`` may build, and the largest exponent ``**`` accepts.
 MAX_REPEAT_LENGTH = 100_000
@@ -231,7 +236,14 @@ def _default_settings() -> Settings:
 
 def _kind_name(kind: type | tuple[type, ...]) -> str:
     kinds = kind if isinstance(kind, tuple) else (kind,)
-    names = {bool: "true or false", Mapping: "a mapping", str: "a string", int: "a number", float: "a number"}
+    names = {
+        bool: "true or false",
+        Mapping: "a mapping",
+        str: "a string",
+        int: "a number",
+        float: "a number",
+        type(None): "null",
+    }
     return " or ".join(dict.fromkeys(names.get(k, "a list") for k in kinds))
 
 
@@ -391,7 +403,9 @@ class CompiledTemplate:
         """The template with ``variables`` (strings: the check's texts) and ``settings``.
 
         ``KeyError`` for a variable the template reads that is neither given nor a setting,
-        ``TypeError`` for a value that is not a string, ``TemplateRenderError`` if the template fails.
+        ``TypeError`` for a value that is not a string, a history or ``None`` (what NeMo passes for a
+        value it does not have, e.g. ``history`` outside topic control), ``TemplateRenderError`` if
+        the template fails.
         """
         bound = Settings.of(settings)
         for name in self._required:
@@ -399,9 +413,10 @@ class CompiledTemplate:
                 given = ", ".join(variables) or "none"
                 raise KeyError(f"no value for variable {{{{ {name} }}}} (given: {given})")
         for name, value in variables.items():
-            if not isinstance(value, str) and not _is_history(value):
+            if value is not None and not isinstance(value, str) and not _is_history(value):
                 raise TypeError(
-                    f"value of {name!r} must be a str or a history of messages, not {type(value).__name__}"
+                    f"value of {name!r} must be a str, a history of messages or None, "
+                    f"not {type(value).__name__}"
                 )
             if name in bound._values:
                 raise ValueError(f"variable {name!r} has the name of a setting")
@@ -454,15 +469,23 @@ def compile_template(source: str) -> CompiledTemplate:
 
 
 def template_problems(
-    source: str, allowed: Collection[str], *, settings: Collection[str] | None = None
+    source: str,
+    allowed: Collection[str],
+    *,
+    settings: Collection[str] | None = None,
+    fixed: Mapping[str, Any] | None = None,
 ) -> list[str]:
     """What is wrong with a template whose task provides the variables ``allowed``; empty if fine.
 
+    ``fixed`` are variables the task always renders with one value (NeMo's ``history`` is ``None``
+    outside topic control); they are allowed too, and the trial render uses their values.
     Reported: syntax errors (with the line), refused or unknown filters and tests,
     ``include``/``extends``/``import``, names that are neither an allowed variable nor a setting
     (``settings``: default every known setting), and a template that fails when rendered with
     sample text and the default settings (each boolean setting it reads is also tried flipped).
     """
+    fixed = dict(fixed or {})
+    allowed = {*allowed, *fixed}
     known = set(KNOWN_SETTINGS) if settings is None else set(settings)
     analysis = _analyze(source)
     problems = list(analysis.problems)
@@ -476,11 +499,18 @@ def template_problems(
             )
     if problems:
         return problems
-    return _trial_render(compile_template(source), allowed)
+    return _trial_render(compile_template(source), allowed, fixed)
 
 
-def _trial_render(compiled: CompiledTemplate, allowed: Collection[str]) -> list[str]:
-    sample = {name: "Hello" for name in allowed if name not in KNOWN_SETTINGS}
+def _trial_render(
+    compiled: CompiledTemplate, allowed: Collection[str], fixed: Mapping[str, Any]
+) -> list[str]:
+    sample: dict[str, Any] = {
+        name: "Hello" for name in allowed if name not in KNOWN_SETTINGS and name not in fixed
+    }
+    if "history" in sample:  # a conversation (topic control's), which NeMo's history filters read
+        sample["history"] = ({"role": "user", "content": "Hello"}, {"role": "assistant", "content": "Hi"})
+    sample.update(fixed)
     trials: list[tuple[str, dict[str, Any]]] = [("with the default settings", {})]
     for name in compiled.names:
         setting = KNOWN_SETTINGS.get(name)
@@ -527,6 +557,76 @@ register_setting(
         (list, tuple, set, frozenset),
         (),
         "category codes a prompt leaves out of its category list",
+    )
+)
+
+# The values NeMo Guardrails' prompts read that guardcache has fixed values for (README "Coming from
+# NeMo Guardrails", template variables): what NeMo's task manager gives every prompt and what its
+# actions pass beside the checked texts. A template reading one gets NeMo's value, and the
+# fingerprint (so the cache namespace) covers the value it read.
+register_setting(
+    Setting(
+        "reasoning_mode",
+        bool,
+        False,
+        "the name NeMo's first Nemotron Content Safety Reasoning example read for "
+        "rails.config.content_safety.reasoning.enabled (NeMo never passed it: there it was always off)",
+    )
+)
+register_setting(
+    Setting(
+        "config",
+        Mapping,
+        {
+            "content_safety": {
+                "reasoning": {"enabled": False},
+                "multilingual": {"enabled": False, "refusal_messages": None},
+            }
+        },
+        "NeMo's rails.config as templates read it (config.content_safety.reasoning.enabled); the "
+        "sections guardcache reads (content_safety) only",
+    )
+)
+register_setting(
+    Setting(
+        "bot_thinking",
+        type(None),
+        None,
+        "the main model's reasoning trace (NeMo's self check output); guardcache reads none, so it is "
+        "None, as in NeMo for a model without one: false in {% if %}, printed as 'None'",
+    )
+)
+register_setting(
+    Setting(
+        "relevant_chunks",
+        str,
+        "",
+        "knowledge-base chunks (NeMo fills them only for bot-message generation and fact checking); "
+        "guardcache has no knowledge base, so it is empty, as a guard prompt renders it in NeMo",
+    )
+)
+register_setting(
+    Setting(
+        "general_instructions",
+        str,
+        general_instructions(default_instructions()),
+        "the content of the config's first general instruction (NeMo's default when it has none)",
+    )
+)
+register_setting(
+    Setting(
+        "sample_conversation",
+        (str, type(None)),
+        default_sample_conversation(),
+        "the config's sample_conversation (NeMo's default when it has none)",
+    )
+)
+register_setting(
+    Setting(
+        "sample_conversation_two_turns",
+        (str, type(None)),
+        default_sample_conversation(),
+        "the same value as sample_conversation (NeMo passes both)",
     )
 )
 

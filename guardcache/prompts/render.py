@@ -13,7 +13,8 @@ true, whatever the template uses (``{{ name }}``, ``{% if %}``, loops, filters; 
   ``{{ user_inptu }}`` or an unknown filter is a config error, not a literal sent to the model.
 
 ``settings`` are read-only values the runtime gives every template of a check (``reasoning_enabled``
-and the other ``KNOWN_SETTINGS``); where a function takes them, ``None`` means the defaults.
+and the other ``KNOWN_SETTINGS``: the values NeMo's task manager and actions give its prompts beside
+the checked texts); where a function takes them, ``None`` means the defaults.
 
 A whole prompt is anything shaped like a ``RenderablePrompt`` (the config's ``TaskPrompt`` is): this
 package renders templates and never validates configuration, so it does not import the config.
@@ -68,16 +69,21 @@ def placeholders(template: str) -> list[str]:
 
 
 def template_problems(
-    template: str, allowed: Collection[str], *, settings: Collection[str] | None = None
+    template: str,
+    allowed: Collection[str],
+    *,
+    settings: Collection[str] | None = None,
+    fixed: Mapping[str, Any] | None = None,
 ) -> list[str]:
-    """What is wrong with a template whose task provides the variables ``allowed``; empty if fine.
+    """What is wrong with a template whose task provides the variables ``allowed`` (and the
+    ``fixed`` ones, with their values); empty if fine.
 
     Reported, each with its line: Jinja syntax errors; unknown filters and tests, and NeMo filters
     guardcache refuses (dialog-history ones, ``random``); ``include``/``extends``/``import``; names
     that are neither an allowed variable nor a setting (``settings``, default: every known setting);
     and a template that fails when rendered on sample text with the default settings.
     """
-    return jinja.template_problems(template, allowed, settings=settings)
+    return jinja.template_problems(template, allowed, settings=settings, fixed=fixed)
 
 
 def render(template: str, variables: Mapping[str, str], settings: Mapping[str, Any] | None = None) -> str:

@@ -19,7 +19,7 @@ from guardcache.flows import KNOWN_FLOWS, FlowRef
 from guardcache.llm.client import ChatClient
 from guardcache.llm.transport import split_parameters
 from guardcache.llm.wire import CHECK_LIMITS, MAIN_LIMITS
-from guardcache.rails.caches import build_cache
+from guardcache.rails.caches import build_caches
 from guardcache.rails.rail import Rail
 
 PROVIDERS = {"nim": "nim", "nvidia_ai_endpoints": "nim", "openai": "openai", "vllm_openai": "vllm"}
@@ -56,7 +56,10 @@ def build_check(config: RailsConfig, ref: FlowRef, runtime: Runtime) -> Check:
     on, its prompt and parser. Every check shares the config-wide settings and input limit."""
     spec = KNOWN_FLOWS[ref.name]
     model_type = config.model_type_for(ref)
-    cache = runtime.caches.get(model_type) if model_type is not None else None
+    # A flow whose model entry is optional (the JailbreakDetect NIM) has a cache under its type
+    # without one (caches.planned_caches).
+    cache_type = model_type or next(iter(spec.models), None)
+    cache = runtime.caches.get(cache_type) if cache_type is not None else None
     limit = config.rails.max_input_chars
     where = config.source or "<config>"
     if spec.backend == "classify":
@@ -82,7 +85,7 @@ def build_check(config: RailsConfig, ref: FlowRef, runtime: Runtime) -> Check:
         model_type=model_type,
         model_name=model.model,
         params=model.parameters,
-        settings=config.rails.config.template_settings(),
+        settings=config.template_settings(),
         max_input_chars=limit,
     )
 
@@ -100,13 +103,12 @@ def _rails(config: RailsConfig, group: RailGroup, runtime: Runtime) -> list[Rail
 
 
 def build_runtime(config: RailsConfig) -> Runtime:
-    """Clients and caches for every model, and the input and output rails in config order."""
+    """Clients for every model, a verdict cache for every guard model (``caches.planned_caches``:
+    never the main model's answers), and the input and output rails in config order."""
     runtime = Runtime()
-    for i, model in enumerate(config.models):
+    for model in config.models:
         runtime.clients[model.type] = build_client(model)
-        cache = build_cache(model, where=f"{config.source or '<config>'}: models[{i}]")
-        if cache is not None:
-            runtime.caches[model.type] = cache
+    runtime.caches = build_caches(config)
     runtime.input_rails = _rails(config, config.rails.input, runtime)
     runtime.output_rails = _rails(config, config.rails.output, runtime)
     return runtime

@@ -1,21 +1,111 @@
-"""One result cache per model, built from its ``cache:`` config.
+"""One verdict cache per guard model, built from its ``cache:`` config.
 
 This is where config meets ``guardcache.cache`` (which takes plain settings only): ``store: redis``
 puts the shared tier behind the in-process LFU, scoped by the model's type and name, with
 ``guardcache.checks.codec`` turning verdicts into versioned bytes, and the tier's URL and secrets
 read from the environment when the cache is built (start-up), never from the config file.
+
+Which models get one (``planned_caches``): every model but ``main`` unless its ``cache: {enabled:
+false}`` says otherwise (``ModelConfig`` resolves the default), and the JailbreakDetect NIM even
+without a ``jailbreak_detection`` model entry (it is a classifier endpoint in ``rails.config``, not a
+model; an entry of that type gives its cache other settings or turns it off). ``cache_summary`` is
+the start-up line that says what each model got.
 """
 
 from __future__ import annotations
 
+import logging
+from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from guardcache.cache import CacheInterface, LFUCache, default_reporter
-from guardcache.config.models import ModelConfig
+from guardcache.checks.jailbreak_detection.flows import MODEL_TYPE as JAILBREAK_TYPE
+from guardcache.config import RailsConfig
+from guardcache.config.models import MAIN_MODEL_TYPE, ModelCacheConfig, ModelConfig
 from guardcache.errors import ConfigError
+from guardcache.flows import KNOWN_FLOWS
 
 if TYPE_CHECKING:
     from guardcache.cache.redis import RedisSettings
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True, slots=True)
+class PlannedCache:
+    """The cache one model (or the JailbreakDetect NIM) gets: ``settings.enabled`` says whether."""
+
+    model_type: str
+    settings: ModelCacheConfig
+    model: ModelConfig | None  # None: the JailbreakDetect NIM without a model entry
+    where: str  # "config.yml: models[1]", for errors
+
+
+def planned_caches(config: RailsConfig) -> list[PlannedCache]:
+    """Every model's cache settings in file order, then the JailbreakDetect NIM's when a rail uses
+    it and no ``jailbreak_detection`` model gives it settings of its own (the defaults: on)."""
+    source = config.source or "<config>"
+    plans = [
+        PlannedCache(model.type, model.cache, model, f"{source}: models[{i}]")
+        for i, model in enumerate(config.models)
+    ]
+    classifies = any(KNOWN_FLOWS[ref.name].backend == "classify" for ref in config.rails.input.flow_refs())
+    if classifies and JAILBREAK_TYPE not in config.model_types:
+        where = f"{source}: rails.config.jailbreak_detection"
+        plans.append(PlannedCache(JAILBREAK_TYPE, ModelCacheConfig(), None, where))
+    return plans
+
+
+def build_caches(config: RailsConfig) -> dict[str, CacheInterface]:
+    """The caches of ``planned_caches``, by model type (only those enabled)."""
+    caches: dict[str, CacheInterface] = {}
+    for plan in planned_caches(config):
+        if not plan.settings.enabled:
+            continue
+        cache = (
+            build_cache(plan.model, where=plan.where) if plan.model is not None else _memory(plan.settings)
+        )
+        if cache is not None:
+            caches[plan.model_type] = cache
+    return caches
+
+
+def cache_summary(config: RailsConfig, caches: Mapping[str, CacheInterface]) -> str:
+    """One line saying what each model's verdicts are cached in, e.g. ``guardcache caches:
+    content_safety (50000, memory), jailbreak_detection (50000, memory); main: not cached``."""
+    cached: list[str] = []
+    uncached: list[str] = []
+    plans = planned_caches(config)
+    for plan in plans:
+        size = f"{plan.settings.maxsize}, {plan.settings.store}"
+        if plan.model_type == MAIN_MODEL_TYPE:
+            if plan.model_type in caches:
+                cached.append(f"main ({size}; checks run on main only, its answers are never cached)")
+            else:
+                uncached.append("main: not cached")
+        elif plan.model_type in caches:
+            cached.append(f"{plan.model_type} ({size})")
+        else:
+            uncached.append(f"{plan.model_type}: not cached (cache: {{enabled: false}})")
+    if MAIN_MODEL_TYPE not in {p.model_type for p in plans}:
+        uncached.insert(0, "main: not cached")
+    return "; ".join([f"guardcache caches: {', '.join(cached) or 'none'}", *uncached])
+
+
+def log_caches(config: RailsConfig, caches: Mapping[str, CacheInterface]) -> None:
+    """Log :func:`cache_summary` at INFO, with the config it is for."""
+    logger.info("%s [%s]", cache_summary(config, caches), config.source or "<config>")
+
+
+def _memory(cfg: ModelCacheConfig) -> LFUCache:
+    interval = cfg.stats.log_interval if cfg.stats.enabled else None
+    # The process's reporter thread writes the line on time, also while the cache is idle (a
+    # cache without one writes it on its first access after the interval, as NeMo's does).
+    reporter = default_reporter() if interval is not None else None
+    return LFUCache(
+        cfg.maxsize, track_stats=cfg.stats.enabled, stats_logging_interval=interval, reporter=reporter
+    )
 
 
 def build_cache(model: ModelConfig, *, where: str | None = None) -> CacheInterface | None:
@@ -29,12 +119,7 @@ def build_cache(model: ModelConfig, *, where: str | None = None) -> CacheInterfa
         return None
     interval = cfg.stats.log_interval if cfg.stats.enabled else None
     if cfg.store == "memory":
-        # The process's reporter thread writes the line on time, also while the cache is idle (a
-        # cache without one writes it on its first access after the interval, as NeMo's does).
-        reporter = default_reporter() if interval is not None else None
-        return LFUCache(
-            cfg.maxsize, track_stats=cfg.stats.enabled, stats_logging_interval=interval, reporter=reporter
-        )
+        return _memory(cfg)
     try:
         from guardcache.cache.redis import build_tiered_cache, model_scope
         from guardcache.checks import codec
@@ -136,4 +221,13 @@ def redis_settings(model: ModelConfig, *, where: str | None = None) -> RedisSett
     )
 
 
-__all__ = ["build_cache", "redis_settings", "redis_url"]
+__all__ = [
+    "PlannedCache",
+    "build_cache",
+    "build_caches",
+    "cache_summary",
+    "log_caches",
+    "planned_caches",
+    "redis_settings",
+    "redis_url",
+]

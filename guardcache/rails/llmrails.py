@@ -23,6 +23,7 @@ from guardcache.llm.records import LLMCallInfo, record_call, request_scope
 from guardcache.llm.transport import split_parameters
 from guardcache.llm.types import Usage
 from guardcache.rails.builder import build_runtime
+from guardcache.rails.caches import log_caches
 from guardcache.rails.main_llm import ClientLLM, LangChainLLM, MainLLM
 from guardcache.rails.messages import Message, history, last_index, read_messages
 from guardcache.rails.rail import Rail
@@ -52,14 +53,16 @@ class LLMRails:
     """Guardrails around a main model, configured by a :class:`RailsConfig`.
 
     ``llm`` may be any langchain-core chat model; without it the config's ``main`` model is called
-    through guardcache's own OpenAI-compatible client. ``model_caches`` maps each model type with
-    ``cache.enabled`` to its cache.
+    through guardcache's own OpenAI-compatible client. ``model_caches`` maps each guard model type
+    to its verdict cache: every model but ``main`` unless its ``cache: {enabled: false}``, and
+    ``jailbreak_detection`` for the JailbreakDetect NIM (one INFO line at start lists them).
     """
 
     def __init__(self, config: RailsConfig, llm: Any | None = None) -> None:
         self.config = config
         self._runtime = build_runtime(config)
         self.model_caches: dict[str, CacheInterface] = self._runtime.caches
+        log_caches(config, self.model_caches)
         self._main: MainLLM | None = None
         if llm is not None:
             if config.rails.input.during_main and _binds_tools(llm):

@@ -153,22 +153,23 @@ def test_nemo_settings_are_ignored_with_one_warning(caplog: pytest.LogCaptureFix
     )
     with caplog.at_level(logging.WARNING, logger="guardcache.config"):
         config = RailsConfig.from_content(text, source="config.yml")
+    # instructions and sample_conversation are no longer ignored: templates read them as NeMo's
+    # {{ general_instructions }} and {{ sample_conversation }} (test_config_nemo_surface.py).
     assert config.ignored_keys == (
         "colang_version",
-        "instructions",
         "lowest_temperature",
         "rails.config.sensitive_data_detection",
         "rails.dialog",
-        "sample_conversation",
         "streaming",
     )
+    assert config.sample_conversation == 'user "hi"\n'
+    assert config.template_settings()["general_instructions"] == "Be nice."
     warnings = [r for r in caplog.records if r.levelno == logging.WARNING]
     assert len(warnings) == 1
     assert warnings[0].getMessage() == (
         "config.yml: ignoring NeMo Guardrails settings that guardcache does not use: "
-        "colang_version, instructions, lowest_temperature, rails.config.sensitive_data_detection, "
-        "rails.dialog, "
-        "sample_conversation, streaming"
+        "colang_version, lowest_temperature, rails.config.sensitive_data_detection, "
+        "rails.dialog, streaming"
     )
 
 

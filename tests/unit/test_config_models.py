@@ -1,4 +1,5 @@
-"""Model entries: URLs per engine, keys from the environment only, the cache section, lookups."""
+"""Model entries: URLs per engine, keys (from the environment, or written in parameters with a
+warning), the cache section, lookups."""
 
 from __future__ import annotations
 
@@ -73,9 +74,20 @@ def test_nvidia_engines_default_to_nvidia_api_key_over_https_only(monkeypatch: p
 
 
 @pytest.mark.parametrize("key", ["api_key", "openai_api_key", "nvidia_api_key"])
-def test_a_key_in_parameters_is_refused(key: str) -> None:
-    with pytest.raises(ConfigError, match=rf"models\[0\]\.parameters\.{key}: .*api_key_env_var"):
-        one_model(f"    engine: nim\n    model: m\n    parameters: {{{key}: s3cret}}\n")
+def test_a_key_in_parameters_is_accepted_and_kept_out_of_the_parameters(key: str) -> None:
+    # Used to be refused; NeMo's own llama_guard example writes `api_key: EMPTY` (vLLM's
+    # placeholder), so it is accepted now, with a load warning (test_config_nemo_surface.py), and
+    # taken out of the parameters: never a body field, never in the cache namespace, never in a repr.
+    model = one_model(f"    engine: nim\n    model: m\n    parameters: {{{key}: s3cret, temperature: 0}}\n")
+    assert model.api_key() == "s3cret" and model.inline_key_field == key
+    assert model.parameters == {"temperature": 0} and "s3cret" not in repr(model)
+
+
+@pytest.mark.parametrize("value", ["''", "[a]", "1", '"two\\nlines"'])
+def test_a_key_that_is_not_one_line_of_text_is_refused_without_showing_it(value: str) -> None:
+    with pytest.raises(ConfigError, match=r"models\[0\]\.parameters\.api_key: expected the key") as info:
+        one_model(f"    engine: nim\n    model: m\n    parameters: {{api_key: {value}}}\n")
+    assert "the value is not shown)" in str(info.value) and "lines" not in str(info.value)
 
 
 @pytest.mark.parametrize(
@@ -107,9 +119,19 @@ def test_other_parameters_pass_through_untouched() -> None:
     assert one_model(body).parameters == {"temperature": 0, "top_p": 0.9, "x": [1]}
 
 
-def test_cache_is_off_by_default_and_accepts_the_capacity_per_model_alias() -> None:
+def test_cache_is_on_by_default_but_for_main_and_accepts_the_capacity_per_model_alias() -> None:
+    # Used to be off by default (NeMo's default). A guard model's verdict cache is now on unless
+    # `cache: {enabled: false}`, with 50,000 entries and stats on; the main model's stays off
+    # unless its entry says `enabled: true` (its answers are never cached).
     assert one_model("    engine: nim\n    model: m\n").cache == ModelCacheConfig()
-    assert ModelCacheConfig().enabled is False and ModelCacheConfig().maxsize == 50000
+    assert ModelCacheConfig().enabled is True and ModelCacheConfig().maxsize == 50000
+    assert ModelCacheConfig().stats.enabled is True
+    main = RailsConfig.from_content("models:\n  - {type: main, engine: nim, model: m}\n").model("main")
+    assert main.cache.enabled is False and main.cache.maxsize == 50000
+    bare = "models:\n  - {type: main, engine: nim, model: m, cache: }\n"  # `cache:` with nothing after
+    assert RailsConfig.from_content(bare).model("main").cache.enabled is False
+    off = one_model("    engine: nim\n    model: m\n    cache: {enabled: false}\n")
+    assert off.cache.enabled is False
     model = one_model("    engine: nim\n    model: m\n    cache: {enabled: true, capacity_per_model: 7}\n")
     assert model.cache.enabled and model.cache.maxsize == 7
 

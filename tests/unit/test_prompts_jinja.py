@@ -219,7 +219,21 @@ def test_settings_are_checked_and_copied() -> None:
     frozen = Settings({"categories": mine, "excluded_category_keys": ["S9"]})
     mine["S2"] = "Later."
     assert frozen["categories"] == {"S1": "Violence."} and frozen["excluded_category_keys"] == ("S9",)
-    assert dict(Settings()) == {"reasoning_enabled": False, "excluded_category_keys": ()}
+    # The defaults grew with NeMo's other prompt values (bot_thinking, config, ...: README "Coming
+    # from NeMo Guardrails", template variables); categories still has none.
+    defaults = dict(Settings())
+    assert defaults["reasoning_enabled"] is False and defaults["excluded_category_keys"] == ()
+    assert sorted(defaults) == [
+        "bot_thinking",
+        "config",
+        "excluded_category_keys",
+        "general_instructions",
+        "reasoning_enabled",
+        "reasoning_mode",
+        "relevant_chunks",
+        "sample_conversation",
+        "sample_conversation_two_turns",
+    ]
 
 
 def test_a_variable_may_not_take_a_settings_name() -> None:

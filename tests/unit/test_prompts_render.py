@@ -54,8 +54,10 @@ def test_unused_variables_are_ignored_and_a_missing_one_raises() -> None:
 
 
 def test_a_non_string_value_is_refused() -> None:
-    with pytest.raises(TypeError, match="must be a str"):
-        render("{{ user_input }}", {"user_input": None})  # type: ignore[dict-item]
+    # None is a value now: NeMo passes it for what it does not have (history outside topic control).
+    with pytest.raises(TypeError, match="must be a str, a history of messages or None, not int"):
+        render("{{ user_input }}", {"user_input": 3})  # type: ignore[dict-item]
+    assert render("{{ history }}", {"history": None}) == "None"  # type: ignore[dict-item]
 
 
 def test_static_prefix_is_the_text_before_the_first_placeholder() -> None:
@@ -64,7 +66,11 @@ def test_static_prefix_is_the_text_before_the_first_placeholder() -> None:
     assert static_prefix("{{x}} after") == ""
 
 
-SETTINGS = "settings: categories, excluded_category_keys, reasoning_enabled"
+SETTINGS = (
+    "settings: bot_thinking, categories, config, excluded_category_keys, general_instructions, "
+    "reasoning_enabled, reasoning_mode, relevant_chunks, sample_conversation, "
+    "sample_conversation_two_turns"
+)
 
 
 @pytest.mark.parametrize(

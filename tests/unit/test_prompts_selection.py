@@ -93,26 +93,31 @@ def test_the_models_filter_prefers_the_most_specific_prompt() -> None:
     assert select_prompt([untyped, prompts[0]], "t", "g") == prompts[0]
 
 
+# Each message names the prompt's task now, beside the file and the field; ``history`` is allowed
+# in every task (None outside topic control, as NeMo renders it).
+PROMPT = "<prompts>: prompts[0].content: prompt 'content_safety_check_input $model=content_safety': "
+
+
 @pytest.mark.parametrize(
     ("content", "message"),
     [
         (
             "Check {{ user_inptu }}",
-            "<prompts>: prompts[0].content: unknown variable 'user_inptu' on line 1; "
-            "did you mean 'user_input'? (this task can use: user_input; settings: ",
+            f"{PROMPT}unknown variable 'user_inptu' on line 1; "
+            "did you mean 'user_input'? (this task can use: history, user_input; settings: ",
         ),
         (
             "Check {{ user_input }}\n{{ bot_response }}",
-            "<prompts>: prompts[0].content: unknown variable 'bot_response' on line 2 "
-            "(this task can use: user_input; settings: ",
+            f"{PROMPT}unknown variable 'bot_response' on line 2 "
+            "(this task can use: history, user_input; settings: ",
         ),
         (
             "Check {{ user_input | uper }}",
-            "<prompts>: prompts[0].content: unknown filter 'uper' on line 1; did you mean 'upper'?",
+            f"{PROMPT}unknown filter 'uper' on line 1; did you mean 'upper'?",
         ),
         (
             "Check {% for x in user_input %}",
-            "<prompts>: prompts[0].content: template syntax error on line 1: Unexpected end of template",
+            f"{PROMPT}template syntax error on line 1: Unexpected end of template",
         ),
     ],
 )
@@ -148,7 +153,8 @@ prompts:
     assert messages is not None and [m.type for m in messages] == ["system", "user"]
     bad = prompts.replace('"{{ user_input }}"', '"{{ bot_response }}"')
     with pytest.raises(
-        ConfigError, match=r"prompts\[0\]\.messages\[1\]\.content: unknown variable 'bot_response'"
+        ConfigError,
+        match=r"prompts\[0\]\.messages\[1\]\.content: prompt '[^']+': unknown variable 'bot_response'",
     ):
         RailsConfig.from_content(CONFIG, prompts=bad)
 

@@ -2,9 +2,10 @@
 
 The endpoint is ``rails.config.jailbreak_detection.nim_base_url`` + ``nim_server_endpoint`` (bearer
 token from its ``api_key_env_var``); the answer is ``{"jailbreak": bool, "score": float}``. Verdicts
-are cached in the ``jailbreak_detection`` model's cache when that model is configured with
-``cache:`` (the model entry is optional). Unlike NeMo, a failed call is not "not a jailbreak": it is
-a failure the rail's ``on_error`` decides (block by default).
+are cached under the ``jailbreak_detection`` type: with the defaults, or with the ``cache:`` of a
+model entry of that type (optional; ``cache: {enabled: false}`` there turns it off). Unlike NeMo, a
+failed call is not "not a jailbreak": it is a failure the rail's ``on_error`` decides (block by
+default).
 """
 
 from __future__ import annotations
