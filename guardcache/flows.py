@@ -105,7 +105,8 @@ class FlowSpec:
     ``models`` names the model types a flow without ``$model=`` runs on, first configured wins
     (``self check input`` uses a ``self_check_input`` model if there is one, else ``main``);
     ``model_required`` False means the model entry is optional (the jailbreak NIM's endpoint comes
-    from ``rails.config``; a ``jailbreak_detection`` model only gives it a cache).
+    from ``rails.config``, and it is cached by default; a ``jailbreak_detection`` model only sizes
+    or turns off that cache).
     ``default_parser`` reads the answer when the prompt names no ``output_parser``; ``params`` are
     generation defaults (the prompt's ``max_tokens`` and the model's parameters override them);
     ``build_messages`` shapes the request (default: the rendered prompt as it is).
