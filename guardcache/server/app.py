@@ -5,11 +5,15 @@
   server is ready once that ran and each guard backend accepts connections.
 - Shutdown: uvicorn stops accepting, lets in-flight requests (streams included) finish within
   ``shutdown_timeout``, then the lifespan closes the rails (Redis tier flushed, HTTP pools closed).
-- :class:`OperationsMiddleware` (pure ASGI, no per-request objects beyond a closure): a request id
+- :class:`OperationsMiddleware` (pure ASGI, a few small objects per request, no wrappers): a request id
   for every request (the client's ``X-Request-Id`` when it is sane, else a new one), in the response
-  header and in every log line written while serving it; client API keys on ``/v1/*``; a body
-  limit (413 from ``Content-Length`` before reading; the route enforces it while reading); the
-  concurrency limit (503 with ``Retry-After``) and the in-flight gauge.
+  header and in every log line written while serving it; client API keys on ``/v1/*``; the chat
+  body read whole first, within ``body_timeout`` (408) and ``max_body_bytes`` (413 from
+  ``Content-Length`` before reading, and while reading); then the concurrency limit (503 with
+  ``Retry-After``) and the in-flight gauge; then the turn, under a :class:`ClientWatch` that cancels
+  it when the client leaves.
+- The connection-level limits (the request head's size and time, idle keep-alive) are uvicorn's
+  protocol's: ``server/connections.py``.
 """
 
 from __future__ import annotations
@@ -26,6 +30,7 @@ from contextvars import ContextVar
 from typing import Any
 
 from starlette.applications import Starlette
+from starlette.requests import ClientDisconnect
 from starlette.routing import Route
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
@@ -35,13 +40,13 @@ from guardcache.rails.llmrails import LLMRails
 from guardcache.server.ids import new_id
 from guardcache.server.metrics import ServerMetrics
 from guardcache.server.protocol import RequestError, error_body
-from guardcache.server.responses import EventStream, JSONResponse
-from guardcache.server.routes import Handlers, json_response, too_large
+from guardcache.server.responses import EventStream, JSONResponse, client_watch
+from guardcache.server.routes import Handlers, json_response, read_body, reject_reason, too_large
 from guardcache.server.settings import ServeSettings, load_configs
 
 log = logging.getLogger("guardcache.server")
 
-ChatHandler = Callable[[Receive], Awaitable[ASGIApp]]
+ChatHandler = Callable[[bytes], Awaitable[ASGIApp]]
 REQUEST_ID: ContextVar[str] = ContextVar("guardcache_request_id", default="-")
 _SANE_ID = re.compile(r"[A-Za-z0-9._:-]{1,128}")
 CHAT_PATH = "/v1/chat/completions"
@@ -167,6 +172,11 @@ class OperationsMiddleware:
     middleware, route matching, the request/response wrapper) was ~8% of the server's CPU per
     request at 100% hits, for a route that needs none of it. Other routes and methods (405) go
     through Starlette.
+
+    The order for a chat request is what keeps slow and leaving clients cheap: its body is read
+    before it counts as in flight (a thousand clients stalling mid-body hold connections until
+    ``body_timeout``, never the places of ``max_concurrency``), and once read, one watch covers the
+    turn and its answer (a client that leaves cancels the turn and its main call).
     """
 
     def __init__(self, app: ASGIApp, state: ServerState, chat: ChatHandler | None = None) -> None:
@@ -175,6 +185,7 @@ class OperationsMiddleware:
         self.state = state
         self.limit = state.settings.max_concurrency
         self.max_body = state.settings.max_body_bytes
+        self.body_timeout = state.settings.body_timeout
         self.auth = f"Bearer {state.api_key}".encode() if state.api_key else None
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
@@ -217,7 +228,7 @@ class OperationsMiddleware:
                     receive,
                 )
                 return
-            if path != CHAT_PATH:
+            if path != CHAT_PATH or self.chat is None or scope["method"] != "POST":
                 await self.app(scope, receive, send_with_id)
                 return
             if length is not None:
@@ -229,6 +240,9 @@ class OperationsMiddleware:
                     self.state.metrics.reject("body_too_large")
                     await _refuse(send_with_id, too_large(self.max_body), scope, receive)
                     return
+            raw = await self._read_body(receive, send_with_id, scope)
+            if raw is None:
+                return
             state = self.state
             if state.in_flight >= self.limit:
                 state.metrics.reject("overloaded")
@@ -248,18 +262,56 @@ class OperationsMiddleware:
                 return
             state.in_flight += 1
             try:
-                if self.chat is not None and scope["method"] == "POST":
-                    response = await self.chat(receive)
+                with client_watch(scope, receive):
+                    response = await self.chat(raw)
                     if isinstance(response, JSONResponse | EventStream):  # no wrapper on send
                         await response.write(send, receive, id_header)
                     else:
                         await response(scope, receive, send_with_id)
-                else:
-                    await self.app(scope, receive, send_with_id)
             finally:
                 state.in_flight -= 1
         finally:
             REQUEST_ID.reset(token)
+
+    async def _read_body(self, receive: Receive, send: Send, scope: Scope) -> bytes | None:
+        """The chat request's body, read before the request counts against the concurrency limit
+        (a client that sends its body slowly holds a connection, not a turn's place) and within
+        ``body_timeout``. None when it was refused (413, 408: answered) or the client left."""
+        metrics = self.state.metrics
+        task = asyncio.current_task()
+        assert task is not None
+        expired = False
+
+        def expire() -> None:  # a timer and a flag: a fifth of asyncio.timeout()'s CPU
+            nonlocal expired
+            expired = True
+            task.cancel()
+
+        timer = task.get_loop().call_later(self.body_timeout, expire)
+        try:
+            try:
+                return await read_body(receive, self.max_body)
+            finally:
+                timer.cancel()
+        except RequestError as exc:
+            metrics.reject(reject_reason(exc))
+            await _refuse(send, exc, scope, receive)
+        except asyncio.CancelledError:
+            if not expired or task.uncancel():
+                raise  # not the body's timeout (or not only)
+            metrics.reject("body_timeout")
+            log.debug("the request body did not arrive within %gs", self.body_timeout)
+            refusal = RequestError(
+                f"The request body did not arrive within {self.body_timeout:g} seconds.",
+                status=408,
+                code="request_timeout",
+                headers={"Connection": "close"},
+            )
+            await _refuse(send, refusal, scope, receive)
+        except ClientDisconnect:  # common and harmless: no traceback, no warning anyone can flood
+            metrics.reject("client_left")
+            log.debug("the client left before its request body was read")
+        return None
 
 
 def _adding_header(send: Send, header: tuple[bytes, bytes]) -> Send:
@@ -317,7 +369,7 @@ def create_app(
     ]
     app = Starlette(routes=routes, lifespan=lifespan, exception_handlers={404: _not_found, 405: _not_allowed})
     app.state.guardcache = state
-    return OperationsMiddleware(app, state, chat=handlers.chat_asgi)
+    return OperationsMiddleware(app, state, chat=handlers.turn)
 
 
 async def _not_found(request: Any, exc: Exception) -> Any:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+from collections.abc import Callable
 
 from guardcache.errors import ConfigError
 
@@ -50,6 +51,38 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         default=30.0,
         help="seconds in-flight requests get to finish after SIGTERM (default 30)",
     )
+    p.add_argument(
+        "--max-header-bytes",
+        type=_positive(int),
+        default=64 * 1024,
+        help="a larger request head (request line and headers) gets 431 and the connection is closed "
+        "(default 64 KiB)",
+    )
+    p.add_argument(
+        "--header-timeout",
+        type=_positive(float),
+        default=10.0,
+        help="seconds a request head may take to arrive; then 408 and the connection is closed (default 10)",
+    )
+    p.add_argument(
+        "--body-timeout",
+        type=_positive(float),
+        default=10.0,
+        help="seconds a chat request's body may take to arrive; then 408 and the connection is closed "
+        "(default 10)",
+    )
+    p.add_argument(
+        "--keep-alive-timeout",
+        type=_positive(float),
+        default=5.0,
+        help="seconds an idle kept-alive connection stays open (default 5)",
+    )
+    p.add_argument(
+        "--max-json-depth",
+        type=_positive(int),
+        default=64,
+        help="request bodies nested deeper (arrays and objects) get 400 (default 64)",
+    )
     p.add_argument("--no-warm-up", action="store_true", help="do not prime the guard backends at start-up")
     p.add_argument("--access-log", action="store_true", help="log every request (uvicorn's access log)")
     p.add_argument(
@@ -67,10 +100,22 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p.set_defaults(func=run)
 
 
+def _positive(kind: type[int] | type[float]) -> Callable[[str], float]:
+    def parse(text: str) -> float:
+        value = kind(text)
+        if value <= 0:
+            raise argparse.ArgumentTypeError(f"must be > 0, not {text}")
+        return value
+
+    parse.__name__ = kind.__name__  # argparse names the type in its "invalid ... value" message
+    return parse
+
+
 def run(args: argparse.Namespace) -> int:
     import uvicorn
 
     from guardcache.server.app import configure_logging, create_app
+    from guardcache.server.connections import HeadLimits
     from guardcache.server.settings import SETTINGS_ENV, ServeSettings, load_configs
 
     level = "debug" if getattr(args, "verbose", False) else "info"
@@ -86,6 +131,11 @@ def run(args: argparse.Namespace) -> int:
         warm_up=not args.no_warm_up,
         access_log=args.access_log,
         log_level=level,
+        max_header_bytes=args.max_header_bytes,
+        header_timeout=args.header_timeout,
+        body_timeout=args.body_timeout,
+        keep_alive_timeout=args.keep_alive_timeout,
+        max_json_depth=args.max_json_depth,
     )
     configure_logging(level)
     common: dict[str, object] = {
@@ -96,7 +146,10 @@ def run(args: argparse.Namespace) -> int:
         "timeout_graceful_shutdown": settings.shutdown_timeout,
         "lifespan": "on",
         "server_header": False,
-        "http": getattr(args, "http", "auto"),
+        # The head's size and time limits live in guardcache's subclasses of uvicorn's protocols.
+        "http": HeadLimits(getattr(args, "http", "auto"), settings.max_header_bytes, settings.header_timeout),
+        "h11_max_incomplete_event_size": settings.max_header_bytes,
+        "timeout_keep_alive": settings.keep_alive_timeout,
         "loop": getattr(args, "loop", "auto"),
     }
     try:

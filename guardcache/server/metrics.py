@@ -163,6 +163,10 @@ class _Family:
         values = self.values
         values[labels] = values.get(labels, 0) + 1
 
+    def counts(self) -> Mapping[tuple[str, ...], int]:
+        """A counter's values, as a scrape shows them."""
+        return self.values
+
     def observe(self, labels: tuple[str, ...], value: float) -> None:
         row = self.values.get(labels)
         if row is None:
@@ -173,7 +177,7 @@ class _Family:
     def metric(self) -> Metric:
         if self.kind == "counter":
             counter = CounterMetricFamily(self.name, self.doc, labels=self.labels)
-            for labels, count in self.values.items():
+            for labels, count in self.counts().items():
                 counter.add_metric(labels, count)
             return counter
         histogram = HistogramMetricFamily(self.name, self.doc, labels=self.labels)
@@ -182,6 +186,29 @@ class _Family:
             cumulative = list(accumulate(row[:-1]))
             histogram.add_metric(labels, list(zip(bounds, cumulative, strict=True)), row[-1])
         return histogram
+
+
+_CONNECTION_REFUSALS: dict[tuple[str, ...], int] = {}
+
+
+def count_connection_refusal(reason: str) -> None:
+    """Count a connection the HTTP protocol refused before any request reached the app (a request
+    head too large or too slow; ``server/connections.py``). Per process, as every metric here; shown
+    in ``guardcache_requests_rejected_total`` beside the app's own refusals."""
+    key = (reason,)
+    _CONNECTION_REFUSALS[key] = _CONNECTION_REFUSALS.get(key, 0) + 1
+
+
+class _Rejections(_Family):
+    """The app's refusals, and at scrape time the HTTP protocol's (which has no app to count in)."""
+
+    __slots__ = ()
+
+    def counts(self) -> Mapping[tuple[str, ...], int]:
+        if not _CONNECTION_REFUSALS:
+            return self.values
+        app = self.values
+        return {**app, **{key: app.get(key, 0) + n for key, n in _CONNECTION_REFUSALS.items()}}
 
 
 def _bound(value: float) -> str:
@@ -255,11 +282,12 @@ class ServerMetrics:
             ("config",),
             LATENCY_BUCKETS,
         )
-        self.rejected = _Family(
+        self.rejected = _Rejections(
             "counter",
             "guardcache_requests_rejected",
-            "Requests refused before any rail ran, by reason (auth, body_too_large, overloaded, invalid, "
-            "unknown_config).",
+            "Requests refused before any rail ran, by reason (auth, body_too_large, body_timeout, "
+            "overloaded, invalid, unknown_config, client_left (gone before its body was read), and "
+            "from the HTTP protocol header_too_large, header_timeout).",
             ("reason",),
         )
         families = [
@@ -315,4 +343,4 @@ class ServerMetrics:
         self.rejected.inc((reason,))
 
 
-__all__ = ["CacheCollector", "ServerMetrics"]
+__all__ = ["CacheCollector", "ServerMetrics", "count_connection_refusal"]

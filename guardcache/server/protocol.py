@@ -4,7 +4,8 @@ Requests are validated strictly but leniently about what they may carry: every f
 clients send is accepted, generation parameters are type-checked and passed to the main model, and
 anything that cannot be answered through the rails is a 400 in OpenAI's error shape (never a 500,
 never an unguarded answer): tool calling (a tool call's arguments are not text the rails check),
-``n`` > 1, content parts other than text.
+``n`` > 1, content parts other than text (images too, unless the request's config has a vision rail:
+``parse_chat``'s ``images``).
 """
 
 from __future__ import annotations
@@ -12,10 +13,11 @@ from __future__ import annotations
 import json
 import math
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from guardcache.prompts.parts import ImageLimits
 from guardcache.rails.messages import Message, last_index, read_messages
 from guardcache.server.ids import new_id
 
@@ -138,19 +140,64 @@ class ChatRequest:
     params: dict[str, Any] = field(default_factory=dict)
 
 
-def parse_json(raw: bytes) -> Any:
+MAX_JSON_DEPTH = 64
+"""The default limit on how deeply a request body nests arrays and objects (``--max-json-depth``)."""
+
+
+def parse_json(raw: bytes, max_depth: int = MAX_JSON_DEPTH) -> Any:
+    """The decoded body; a 400 when it is not JSON or nests arrays and objects deeper than
+    ``max_depth``.
+
+    Why a depth limit: the decoder recurses once per level, so a body nested thousands deep raised
+    RecursionError (a 500 with a traceback in the log), and anything that walks the value later
+    would recurse as deep. The check costs two byte counts per request: a body with at most
+    ``max_depth`` brackets cannot nest deeper, so only bodies with more are walked (iteratively).
+    """
     try:
-        return json.loads(raw)
+        body = json.loads(raw)
+    except RecursionError:
+        raise _too_deep(max_depth) from None
     except (ValueError, UnicodeDecodeError):
         raise RequestError(
             "The request body is not valid JSON; send a JSON object "
             '(e.g. {"model": "...", "messages": [{"role": "user", "content": "Hello"}]}).',
             code="invalid_json",
         ) from None
+    if raw.count(b"[") + raw.count(b"{") > max_depth and _deeper_than(body, max_depth):
+        raise _too_deep(max_depth)
+    return body
 
 
-def parse_chat(body: Any) -> ChatRequest:
-    """Validate a decoded request body; raises :class:`RequestError` naming the field."""
+def _deeper_than(value: Any, limit: int) -> bool:
+    """Whether ``value`` nests lists and dicts more than ``limit`` levels deep (itself is level 1)."""
+    stack = [(value, 1)]
+    while stack:
+        node, depth = stack.pop()
+        if depth > limit:
+            return True
+        for child in node.values() if isinstance(node, dict) else node:
+            if isinstance(child, dict | list):
+                stack.append((child, depth + 1))
+    return False
+
+
+def _too_deep(limit: int) -> RequestError:
+    return RequestError(
+        f"The request body nests arrays and objects deeper than this server accepts ({limit} levels).",
+        code="json_too_deep",
+    )
+
+
+ImagePolicy = Callable[[str | None, str | None], ImageLimits | None]
+"""``(config_id, model) -> `` the image limits of the config the request goes to
+(``LLMRails.image_limits``: None unless a vision rail judges images); may raise ``RequestError``."""
+
+
+def parse_chat(body: Any, images: ImagePolicy | None = None) -> ChatRequest:
+    """Validate a decoded request body; raises :class:`RequestError` naming the field.
+
+    Image parts are a 400 naming the part unless ``images`` says the request's config judges them
+    (then a malformed or oversized image is the 400, naming the part)."""
     if not isinstance(body, dict):
         raise RequestError(f"The request body must be a JSON object, not {_kind(body)}.")
     raw_messages = body.get("messages")
@@ -160,8 +207,9 @@ def parse_chat(body: Any) -> ChatRequest:
         )
     if not raw_messages:
         raise RequestError("'messages' is empty: send at least one user message.", param="messages")
+    limits = _image_limits(body, raw_messages, images) if images is not None else None
     try:
-        messages = read_messages(raw_messages)
+        messages = read_messages(raw_messages, images=limits)
     except (TypeError, ValueError) as exc:
         text = str(exc)
         param = text.split(":", 1)[0].split(" ", 1)[0] if text.startswith("messages[") else "messages"
@@ -212,6 +260,23 @@ def parse_chat(body: Any) -> ChatRequest:
             params[name] = value
     request.params = params
     return request
+
+
+def _image_limits(
+    body: Mapping[str, Any], raw_messages: list[Any], images: ImagePolicy
+) -> ImageLimits | None:
+    """The limits ``images`` gives the request's config, asked only when a message has an image part."""
+    if not any(
+        isinstance(m, dict)
+        and isinstance(m.get("content"), list)
+        and any(isinstance(p, dict) and p.get("type") == "image_url" for p in m["content"])
+        for m in raw_messages
+    ):
+        return None
+    model = body.get("model")
+    if model is not None and not isinstance(model, str):
+        raise RequestError(f"'model' must be a string, not {_kind(model)}.", param="model")
+    return images(_config_id(body), model or None)
 
 
 def _config_id(body: Mapping[str, Any]) -> str | None:
@@ -301,9 +366,11 @@ def completion_body(
 
 
 __all__ = [
+    "MAX_JSON_DEPTH",
     "PASSED_THROUGH",
     "REFUSED",
     "ChatRequest",
+    "ImagePolicy",
     "RequestError",
     "completion_body",
     "completion_id",

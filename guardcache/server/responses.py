@@ -4,7 +4,8 @@ Both take the middleware's request-id header as an extra raw header (:meth:`writ
 path wraps no ``send``. Why not Starlette's ``Response`` and ``StreamingResponse``: the first builds
 and checks its header list per instance; the second, under uvicorn (ASGI spec 2.3), runs two anyio
 tasks in a task group per response to notice a client that leaves, and anyio formats the task's
-repr when it cancels it. Here a stream watches for the disconnect with one plain asyncio task.
+repr when it cancels it. Here one :class:`ClientWatch` per chat request, plain or streamed, notices
+the client leaving (a callback from guardcache's HTTP protocol; elsewhere one plain asyncio task).
 """
 
 from __future__ import annotations
@@ -59,9 +60,10 @@ class LastEvent(bytes):
 class EventStream:
     """``text/event-stream`` from an async iterator of event bytes.
 
-    A client that leaves cancels the response's task where it waits (the turn and its main call
-    with it: the iterator is closed, its ``finally`` runs); that cancellation ends the response
-    quietly, as Starlette's task group did. An item that is a :class:`LastEvent` ends the body.
+    A client that leaves cancels the task writing the stream (see :class:`ClientWatch`; the chat
+    route's watch covers the whole request, so :meth:`write` starts none of its own): the iterator
+    is closed where it waits and its ``finally`` runs, which cancels the turn and its main call. An
+    item that is a :class:`LastEvent` ends the body.
     """
 
     __slots__ = ("events", "headers")
@@ -71,23 +73,11 @@ class EventStream:
         self.headers = headers
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        await self.write(send, receive)
+        with client_watch(scope, receive):
+            await self.write(send, receive)
 
     async def write(self, send: Send, receive: Receive, *extra: RawHeader) -> None:
-        task = asyncio.current_task()
-        assert task is not None
-        streaming = True
-        left = False
-
-        def on_disconnect(watch: asyncio.Future[Message]) -> None:
-            nonlocal left
-            # Only while the body is being written: after that the task has moved on.
-            if streaming and not watch.cancelled() and watch.exception() is None:
-                left = True
-                task.cancel()
-
-        watch = asyncio.ensure_future(_disconnect(receive))
-        watch.add_done_callback(on_disconnect)
+        """Send the stream, with ``extra`` raw headers (the caller watches for the client leaving)."""
         events = self.events
         raw = [_EVENT_STREAM, (b"cache-control", b"no-cache"), *extra, *_raw(self.headers)]
         try:
@@ -98,22 +88,147 @@ class EventStream:
                 if last:
                     return
             await send({"type": "http.response.body", "body": b"", "more_body": False})
-        except asyncio.CancelledError:
-            if left and task.uncancel() == 0:
-                return  # the client left: nothing to answer, nobody to tell
-            raise
         finally:
-            streaming = False
-            watch.cancel()
             await events.aclose()  # type: ignore[attr-defined]
 
 
+DISCONNECT = "guardcache.disconnect"
+"""The scope extension guardcache's HTTP protocols (``server/connections.py``) give each request: the
+connection's :class:`DisconnectHook`."""
+
+
+class ClientWatch:
+    """Cancels the task inside it (``with watch:``) when the client leaves; that cancellation ends
+    quietly at the exit (the client is gone: there is nobody to answer).
+
+    Why: uvicorn tells an app that its client left only through ``receive()``, and a handler busy
+    with a turn is not reading it, so without a watch a request whose client left runs to its end,
+    main-model call included. The chat route enters one watch for the whole request once its body
+    is read (``receive()`` is free then), so the turn and its answer, plain or streamed, are
+    covered alike. :func:`client_watch` picks the kind: under guardcache's own HTTP protocols a
+    :class:`HookWatch` (the connection's :class:`DisconnectHook` calls it when the connection is
+    lost: no task at all), elsewhere a :class:`TaskWatch`. The task cost ~10% of a plain request's
+    server CPU at 100% cache hits under uvicorn (``ab_serve.py``), hence the hook.
+    """
+
+    __slots__ = ("_task", "left")
+
+    def __enter__(self) -> ClientWatch:
+        self._task = asyncio.current_task()
+        self.left = False
+        self._start()
+        return self
+
+    def _start(self) -> None:
+        pass
+
+    def _stop(self) -> None:
+        pass
+
+    def client_left(self) -> None:
+        """The client is gone: cancel the task, if it is still inside."""
+        task = self._task
+        if task is not None and not self.left:
+            self.left = True
+            task.cancel()
+
+    def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None, tb: Any) -> bool:
+        task = self._task
+        self._task = None
+        self._stop()
+        if not self.left or task is None:
+            return False
+        # The cancellation was ours: take it back, and end quietly if it is what stopped the task.
+        return task.uncancel() == 0 and kind is asyncio.CancelledError
+
+
+class DisconnectHook:
+    """One per connection, in every request's ``scope["extensions"]``: the protocol calls
+    :meth:`connection_lost`, which tells the request being watched (the latest to enter its watch:
+    a request that finished its answer may still be closing its stream when the next one starts)."""
+
+    __slots__ = ("lost", "watch")
+
+    def __init__(self) -> None:
+        self.lost = False
+        self.watch: HookWatch | None = None
+
+    def connection_lost(self) -> None:
+        self.lost = True
+        if self.watch is not None:
+            self.watch.client_left()
+
+
+class HookWatch(ClientWatch):
+    """Under guardcache's HTTP protocols: told by the connection's :class:`DisconnectHook`."""
+
+    __slots__ = ("_hook",)
+
+    def __init__(self, hook: DisconnectHook) -> None:
+        self._hook = hook
+        self._task = None
+
+    def _start(self) -> None:
+        hook = self._hook
+        if hook.lost:  # gone before the watch began
+            self.client_left()
+        else:
+            hook.watch = self
+
+    def _stop(self) -> None:
+        if self._hook.watch is self:
+            self._hook.watch = None
+
+
+class TaskWatch(ClientWatch):
+    """Under any other ASGI server: one plain asyncio task waits on ``receive()`` (cheaper than
+    Starlette's way, an anyio task group of two tasks per streamed response)."""
+
+    __slots__ = ("_receive", "_watch")
+
+    def __init__(self, receive: Receive) -> None:
+        self._receive = receive
+        self._task = None
+        self._watch: asyncio.Task[Message] | None = None
+
+    def _start(self) -> None:
+        self._watch = watch = asyncio.get_running_loop().create_task(_disconnect(self._receive))
+        watch.add_done_callback(self._on_disconnect)
+
+    def _on_disconnect(self, watch: asyncio.Task[Message]) -> None:
+        # A disconnect noticed after the exit (uvicorn's receive() also returns one once the
+        # response is complete) finds no task: client_left does nothing then.
+        if not watch.cancelled() and watch.exception() is None:
+            self.client_left()
+
+    def _stop(self) -> None:
+        if self._watch is not None:
+            self._watch.cancel()
+
+
+def client_watch(scope: Scope, receive: Receive) -> ClientWatch:
+    """The watch for a request whose body was read: its connection's hook, else a task."""
+    extensions = scope.get("extensions")
+    hook: DisconnectHook | None = extensions.get(DISCONNECT) if extensions else None
+    return HookWatch(hook) if hook is not None else TaskWatch(receive)
+
+
 async def _disconnect(receive: Receive) -> Message:
-    """Wait for the client to leave (the request body was read before the stream started)."""
+    """Wait for the client to leave (the request body was read before the watch started)."""
     while True:
         message = await receive()
         if message["type"] == "http.disconnect":
             return message
 
 
-__all__ = ["EventStream", "JSONResponse", "LastEvent"]
+__all__ = [
+    "DISCONNECT",
+    "ClientWatch",
+    "DisconnectHook",
+    "EventStream",
+    "HookWatch",
+    "JSONResponse",
+    "LastEvent",
+    "TaskWatch",
+    "client_watch",
+]

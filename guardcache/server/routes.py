@@ -63,19 +63,27 @@ class Handlers:
     # -- chat ------------------------------------------------------------------------------------
 
     async def chat(self, request: Request) -> ASGIApp:
-        return await self.chat_asgi(request.receive)
+        """The chat route through Starlette's router (the middleware serves it without: see
+        :class:`~guardcache.server.app.OperationsMiddleware`, which also bounds the body's time)."""
+        try:
+            raw = await read_body(request.receive, self.state.settings.max_body_bytes)
+        except RequestError as exc:
+            self.state.metrics.reject(reject_reason(exc))
+            return error_response(exc)
+        return await self.turn(raw)
 
-    async def chat_asgi(self, receive: Receive) -> ASGIApp:
-        """One guarded turn; the middleware calls it with the request's ``receive`` (no
-        ``Request`` object), Starlette's router through :meth:`chat`."""
+    async def turn(self, raw: bytes) -> ASGIApp:
+        """One guarded turn for the request body ``raw``: the answer to send (plain or a stream).
+
+        A client that leaves cancels it (the middleware's :class:`ClientWatch`) wherever it waits:
+        the turn and its main call are cancelled, and counted with the outcome ``client_left``."""
         started = time.monotonic()
         state = self.state
         try:
-            raw = await _read_body(receive, state.settings.max_body_bytes)
-            chat = parse_chat(parse_json(raw))
+            chat = parse_chat(parse_json(raw, state.settings.max_json_depth))
             config_id = state.select(chat.config_id, chat.model)
         except RequestError as exc:
-            state.metrics.reject(_reason(exc))
+            state.metrics.reject(reject_reason(exc))
             return error_response(exc)
         rails = state.rails[config_id]
         model = state.main_models[config_id]
@@ -171,7 +179,8 @@ class Handlers:
 
     def _failed(self, config_id: str, exc: BaseException, started: float, mode: str) -> JSONResponse:
         metrics = self.state.metrics
-        if isinstance(exc, asyncio.CancelledError):
+        if isinstance(exc, asyncio.CancelledError):  # the client left (or the server stopped)
+            metrics.observe_failed_turn(config_id, mode, "client_left", time.monotonic() - started)
             raise exc
         if isinstance(exc, BackendError):
             kind = type(exc).__name__
@@ -252,7 +261,9 @@ class Handlers:
         return error
 
 
-async def _read_body(receive: Receive, limit: int) -> bytes:
+async def read_body(receive: Receive, limit: int) -> bytes:
+    """The request body; 413 (a :class:`RequestError`) past ``limit`` bytes, ``ClientDisconnect``
+    when the client leaves first."""
     chunks: list[bytes] = []
     size = 0
     while True:
@@ -293,7 +304,8 @@ def _outcome(stream: GuardedStream) -> str:
     return f"blocked_{stream.blocked}" if stream.blocked else "allowed"
 
 
-def _reason(exc: RequestError) -> str:
+def reject_reason(exc: RequestError) -> str:
+    """The ``reason`` label of a refused request in ``guardcache_requests_rejected_total``."""
     if exc.status == 413:
         return "body_too_large"
     if exc.code in ("config_not_found", "model_not_found"):
@@ -301,4 +313,12 @@ def _reason(exc: RequestError) -> str:
     return "invalid"
 
 
-__all__ = ["Handlers", "JSONResponse", "error_response", "json_response", "too_large"]
+__all__ = [
+    "Handlers",
+    "JSONResponse",
+    "error_response",
+    "json_response",
+    "read_body",
+    "reject_reason",
+    "too_large",
+]

@@ -10,6 +10,7 @@ from pathlib import Path
 
 from guardcache.config import RailsConfig
 from guardcache.errors import ConfigError
+from guardcache.server.protocol import MAX_JSON_DEPTH
 
 SETTINGS_ENV = "GUARDCACHE_SERVE_SETTINGS"
 """How worker processes (``--workers N``, started by uvicorn) receive the settings: one JSON value."""
@@ -31,6 +32,20 @@ class ServeSettings:
         retry_after: seconds, the Retry-After of a 503.
         shutdown_timeout: seconds in-flight requests get to finish after SIGTERM.
         warm_up: prime every guard backend at start-up (``warm_up_async``), per worker.
+        max_header_bytes: the largest request head (request line and headers); a larger one gets
+            431 and the connection is closed, before the parser buffers more than this.
+        header_timeout: seconds a request head may take to arrive (from the connection's start, or
+            the head's first byte on a kept-alive connection); then 408 and the connection closed
+            (a connection that sent nothing is closed without an answer).
+        body_timeout: seconds a chat request's body may take to arrive; then 408 and the connection
+            closed. The body is read before the request counts against ``max_concurrency``.
+        keep_alive_timeout: seconds an idle kept-alive connection stays open (uvicorn's
+            ``timeout_keep_alive``).
+        max_json_depth: the deepest nesting of arrays and objects a request body may have (400).
+
+    The limits on slow and huge clients have defaults a user never needs to touch: they are far
+    beyond what any OpenAI client sends and short enough that a client holding connections open
+    (slowloris) costs the server little.
     """
 
     config: str
@@ -45,6 +60,11 @@ class ServeSettings:
     warm_up: bool = True
     access_log: bool = False
     log_level: str = "info"
+    max_header_bytes: int = 64 * 1024
+    header_timeout: float = 10.0
+    body_timeout: float = 10.0
+    keep_alive_timeout: float = 5.0
+    max_json_depth: int = MAX_JSON_DEPTH
 
     def to_json(self) -> str:
         return json.dumps(dataclasses.asdict(self))
