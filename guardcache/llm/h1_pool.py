@@ -161,7 +161,12 @@ class _Connection(asyncio.Protocol):
         self.parser = httptools.HttpResponseParser(self)
         self.limits = CHECK_LIMITS
         self.head_bytes = 0  # bytes of the reads that ended inside the head
-        self.head_parsed = 0  # the head's bytes as parsed (see _count_head)
+        # The head's bytes as parsed (every header, every interim head's included), against
+        # max_head_bytes: ``data_received`` alone never counts the read that completes a head, so a
+        # head (10,000 small headers, 4,000 "100 Continue" heads) arriving whole in one read of up
+        # to 256 KiB would pass any limit. Counted inline in the callbacks (a call per header is
+        # measurable on the hot path).
+        self.head_parsed = 0
         self.body_bytes = 0
         self.truncated = False
         self.waiter: asyncio.Future[None] | None = None
@@ -224,7 +229,7 @@ class _Connection(asyncio.Protocol):
             # Counted only while the head is incomplete (after feeding, so a packet holding the
             # head and the body's start is not counted): httptools gathers a header in memory
             # until its end, so an endless header line must be cut here. A head that ends in the
-            # read that crosses the limit is counted as parsed instead (``_count_head``).
+            # read that crosses the limit is counted as parsed instead (``head_parsed``).
             self.head_bytes += len(data)
             limit = self.limits.max_head_bytes
             if self.head_bytes > limit and not self.closed:
@@ -254,15 +259,15 @@ class _Connection(asyncio.Protocol):
         if self.complete:
             raise _Stop  # stops the parser: nothing after the answer is read as part of it
 
-    def on_status(self, reason: bytes) -> None:
-        self._count_head(len(reason))
-
     def on_header(self, name: bytes, value: bytes) -> None:
         # Kept raw: the mapping is built only when someone reads it (an error status's Retry-After).
         size = len(name) + len(value)
-        if size > self.limits.max_header_bytes:
-            raise _Stop(_too_large("HeaderTooLarge", self.limits.max_header_bytes))
-        self._count_head(size + 4)  # ": " and the line end
+        limits = self.limits
+        if size > limits.max_header_bytes:
+            raise _Stop(_too_large("HeaderTooLarge", limits.max_header_bytes))
+        parsed = self.head_parsed = self.head_parsed + size + 4  # ": " and the line end
+        if parsed > limits.max_head_bytes:
+            raise _Stop(_too_large("HeadTooLarge", limits.max_head_bytes))
         self.raw_headers.append((name, value))
         if len(name) == 16 and name.lower() == b"content-encoding":
             coding = value.decode("latin-1")
@@ -273,7 +278,10 @@ class _Connection(asyncio.Protocol):
         return headers_of(self.raw_headers)
 
     def on_headers_complete(self) -> None:
-        self._count_head(17)  # "HTTP/1.1 200 " and the line ends of the status line and the head
+        # "HTTP/1.1 200 " and the line ends of the status line and the head (see ``head_parsed``)
+        parsed = self.head_parsed = self.head_parsed + 17
+        if parsed > self.limits.max_head_bytes:
+            raise _Stop(_too_large("HeadTooLarge", self.limits.max_head_bytes))
         parser = self.parser
         self.status = parser.get_status_code()
         if 100 <= self.status < 200:
@@ -417,15 +425,6 @@ class _Connection(asyncio.Protocol):
     def _framed(self) -> bool:
         headers = self.headers
         return "content-length" in headers or "chunked" in headers.get("transfer-encoding", "").lower()
-
-    def _count_head(self, size: int) -> None:
-        """Counts ``size`` bytes of the head as parsed, every interim head's included, against
-        ``max_head_bytes``. ``data_received`` alone never counts the read that completes a head, so
-        a head (10,000 small headers, 4,000 "100 Continue" heads) arriving whole in one read of up
-        to 256 KiB would pass any limit."""
-        self.head_parsed += size
-        if self.head_parsed > self.limits.max_head_bytes:
-            raise _Stop(_too_large("HeadTooLarge", self.limits.max_head_bytes))
 
     def _wake(self) -> None:
         waiter = self.waiter
