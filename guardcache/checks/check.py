@@ -17,7 +17,12 @@ Why the pieces are where they are:
   fixed parameters, so a server with KV-cache reuse reuses the prefix on every request.
 - **An input the guard cannot judge is unsafe**: text that is not valid Unicode or longer than
   ``max_input_chars`` raises ``InputRejectedError`` before any call; the rail blocks, whatever its
-  ``on_error``.
+  ``on_error``. So do images given to a check whose prompt cannot carry them (the runtime refuses
+  such a turn before any rail runs; this is the check's own guard).
+- **Images are keyed by digest.** A vision check (its prompt passes ``{{ user_input }}`` whole, so
+  the model gets the user's content parts: ``prompts.takes_image_parts``) keys a message with images
+  on its normalized text parts and each image's SHA-256 (of the decoded bytes of a ``data:`` URL, of
+  an https URL's string), in order; the model is sent those text parts and the images as read.
 - **An answer that cannot be read as a verdict blocks and is not cached**: the user's text may have
   made the model answer that way (or the backend misbehaved), so it must neither pass nor stick.
 - A failed call (transport, status, timeout, cancellation) raises through ``get_or_compute`` and is
@@ -32,6 +37,7 @@ from collections.abc import Callable, Mapping, Sequence
 from contextvars import ContextVar
 from typing import Any, NamedTuple, Protocol
 
+from guardcache import tracing
 from guardcache.cache import CacheInterface, Namespace
 from guardcache.cache.keys import digest_fields, normalize_text
 from guardcache.checks.verdict import CachedCheck, Verdict
@@ -42,8 +48,9 @@ from guardcache.llm.client import ChatClient
 from guardcache.llm.records import LLMCallInfo, record_call
 from guardcache.llm.transport import split_parameters
 from guardcache.llm.types import Usage
-from guardcache.prompts import fingerprint, render_messages
+from guardcache.prompts import fingerprint, render_messages, takes_image_parts
 from guardcache.prompts.jinja import Settings
+from guardcache.prompts.parts import ContentParts
 
 #: Texts a warm-up request renders the templates around (neutral, so the answers do not matter).
 WARM_UP_TEXTS: Mapping[str, Any] = {
@@ -110,13 +117,16 @@ def normalized_text(value: Any, limit: int) -> str:
 
 
 def key_fields(texts: Mapping[str, Any], names: Sequence[str]) -> list[str]:
-    """The texts in key order; a history is its length then each (role, content), so no choice of
-    texts can shift a boundary between variables."""
+    """The texts in key order; a history is its length then each (role, content), and content parts
+    their own header then each part (``ContentParts.key_fields``), so no choice of texts can shift a
+    boundary between variables or pass for an image."""
     fields: list[str] = []
     for name in names:
         value = texts[name]
         if isinstance(value, str):
             fields.append(value)
+        elif isinstance(value, ContentParts):
+            fields += value.key_fields()
         else:
             fields.append(f"history:{len(value)}")
             for message in value:
@@ -134,14 +144,30 @@ def digest(namespace: Namespace, fields: Sequence[str]) -> bytes:
         ) from None
 
 
+def normalized_parts(value: ContentParts, limit: int) -> ContentParts:
+    """A message's content parts with each text part normalized; their text, together, within
+    ``limit`` characters (the images are checked already: ``prompts.parts``)."""
+    length = value.text_length()
+    if length > limit:
+        raise InputRejectedError(
+            f"the text parts are {length} characters long together, over max_input_chars={limit}: "
+            "too long to judge whole"
+        )
+    return value.map_text(normalize_text)
+
+
 class TurnTexts:
-    """Reads and normalizes the variables a check needs from a turn's variables, once per check."""
+    """Reads and normalizes the variables a check needs from a turn's variables, once per check.
 
-    __slots__ = ("limit", "names")
+    ``images``: the check can judge a user message's images (content parts); otherwise parts are an
+    input it cannot judge."""
 
-    def __init__(self, names: Sequence[str], limit: int) -> None:
+    __slots__ = ("images", "limit", "names")
+
+    def __init__(self, names: Sequence[str], limit: int, images: bool = False) -> None:
         self.names = tuple(sorted(names))
         self.limit = limit
+        self.images = images
 
     def read(self, variables: Mapping[str, Any]) -> dict[str, Any]:
         texts: dict[str, Any] = {}
@@ -153,6 +179,13 @@ class TurnTexts:
                     {"role": str(m["role"]), "content": normalized_text(m["content"], limit)}
                     for m in (value or ())
                 )
+            elif value.__class__ is ContentParts:
+                if not self.images:
+                    raise InputRejectedError(
+                        "the message holds images and this rail judges text only (its prompt does not "
+                        "pass '{{ user_input }}' whole to the model)"
+                    )
+                texts[name] = normalized_parts(value, limit)
             else:
                 texts[name] = normalized_text(value, limit)
         return texts
@@ -188,7 +221,9 @@ class LLMCheck:
         self.client = client
         self.cache = cache
         self.settings = Settings.of(settings)  # validated once; the fingerprint covers what is read
-        self.texts = TurnTexts(spec.variables, max_input_chars)
+        # A vision check: its prompt hands the user's content parts (images included) to the model.
+        self.judges_images = "user_input" in spec.variables and takes_image_parts(prompt)
+        self.texts = TurnTexts(spec.variables, max_input_chars, images=self.judges_images)
         # What the template may read beside the texts with one value (history: None outside topic
         # control, as NeMo renders it); constant, so not keyed.
         self.fixed: dict[str, Any] = fixed_variables(spec.variables)
@@ -196,7 +231,7 @@ class LLMCheck:
             model_type, model_name, fingerprint(prompt, self.settings), {**self.params, "~flow": spec.name}
         )
 
-    def messages(self, texts: Mapping[str, Any]) -> list[dict[str, str]]:
+    def messages(self, texts: Mapping[str, Any]) -> list[dict[str, Any]]:
         """The exact request messages for these (normalized) texts."""
         variables = {**texts, **self.fixed} if self.fixed else texts
         rendered = render_messages(self.prompt, variables, self.settings)
@@ -305,6 +340,8 @@ async def run_cached(
 
     if signal is not None and key in _IN_BACKEND:
         signal()  # this asker will join a backend call already under way
+    if tracing.TRACER is not None and key in _IN_BACKEND:
+        tracing.joined_flight()
     started = time.monotonic()
     try:
         value = await compute() if cache is None else await cache.get_or_compute(key, compute)
@@ -328,6 +365,7 @@ __all__ = [
     "digest",
     "in_cache",
     "key_fields",
+    "normalized_parts",
     "normalized_text",
     "run_cached",
 ]

@@ -17,6 +17,7 @@ output without a model of their own); the main model's answers are never cached.
 from __future__ import annotations
 
 import os
+from collections.abc import Iterable
 from typing import Annotated, Any, Literal
 
 from pydantic import (
@@ -384,6 +385,49 @@ class ModelConfig(BaseModel):
             name = DEFAULT_NVIDIA_KEY_VAR
         return os.environ.get(name) or None
 
+    def missing_key_var(self) -> str | None:
+        """The variable ``api_key_env_var`` names when it is unset or empty (blank) now: the model
+        would be called without a key and get 401 on the first turn. None when no variable is named,
+        when the key is written in the file, or when the variable holds a key."""
+        if self._inline_key is not None or self.api_key_env_var is None:
+            return None
+        return None if (os.environ.get(self.api_key_env_var) or "").strip() else self.api_key_env_var
+
+    def unsent_key_note(self) -> str | None:
+        """Why a key that IS set is not sent, for the 401 hint: an NVIDIA engine with no
+        ``api_key_env_var`` on a plain ``http://`` URL does not send ``NVIDIA_API_KEY`` (a hosted
+        key must not travel in clear text to a local URL). None when that is not the case."""
+        if (
+            self._inline_key is None
+            and self.api_key_env_var is None
+            and self.engine in NVIDIA_ENGINES
+            and not self.base_url.startswith("https://")
+            and (os.environ.get(DEFAULT_NVIDIA_KEY_VAR) or "").strip()
+        ):
+            return (
+                f"{DEFAULT_NVIDIA_KEY_VAR} is set but not sent over http:// (a hosted key never "
+                "travels in clear text to a local URL); use an https:// base_url, or name the "
+                "variable explicitly with api_key_env_var"
+            )
+        return None
+
+
+def check_model_keys(models: Iterable[ModelConfig], source: str | None, skip: Iterable[str] = ()) -> None:
+    """Raise ``ConfigError`` for the first model whose ``api_key_env_var`` names an unset or empty
+    variable (naming the variable, the model and the config file), instead of a 401 on the first
+    turn. ``skip``: model types that will not be called (a main model replaced by ``llm=``)."""
+    skipped = set(skip)
+    for model in models:
+        if model.type in skipped:
+            continue
+        name = model.missing_key_var()
+        if name is not None:
+            raise ConfigError(
+                f"{source or '<config>'}: model {model.type!r} ({model.model}): api_key_env_var "
+                f"{name} is unset or empty; export {name} with the model's API key (or remove "
+                "api_key_env_var if the endpoint needs no key)"
+            )
+
 
 __all__ = [
     "DEFAULT_BASE_URLS",
@@ -396,5 +440,6 @@ __all__ = [
     "ModelCacheConfig",
     "ModelConfig",
     "RedisConfig",
+    "check_model_keys",
     "inline_secret",
 ]

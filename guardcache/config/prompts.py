@@ -25,7 +25,8 @@ from guardcache.config.errors import FieldError, Loc, config_error, describe
 from guardcache.config.fields import STRICT, PositiveInt
 from guardcache.config.files import parse_mapping
 from guardcache.errors import ConfigError
-from guardcache.flows import split_ref
+from guardcache.flows import FlowSpec, split_ref
+from guardcache.prompts.render import takes_image_parts
 
 
 def fixed_variables(variables: Collection[str]) -> dict[str, Any]:
@@ -33,6 +34,20 @@ def fixed_variables(variables: Collection[str]) -> dict[str, Any]:
     passes ``history`` to every prompt, but its guard actions give it no events, so outside topic
     control (whose check reads the conversation, keyed) it is ``None``. Not keyed: it never varies."""
     return {} if "history" in variables else {"history": None}
+
+
+def judges_images(spec: FlowSpec, prompt: TaskPrompt) -> bool:
+    """Whether a flow's check, with this prompt, can judge the images of the user's message (a
+    vision rail): a chat check that reads the message, sends its rendered prompt as it is (no
+    request builder: topic control builds a text request), and whose prompt passes
+    ``{{ user_input }}`` whole, so the model gets the content parts (``prompts.takes_image_parts``,
+    NeMo's rule for a list value)."""
+    return (
+        spec.backend == "chat"
+        and spec.build_messages is None
+        and "user_input" in spec.variables
+        and takes_image_parts(prompt)
+    )
 
 
 def split_task(task: str) -> tuple[str, str | None]:
@@ -214,6 +229,7 @@ __all__ = [
     "TaskPrompt",
     "default_prompts",
     "fixed_variables",
+    "judges_images",
     "select_prompt",
     "split_task",
     "task_key",

@@ -43,6 +43,7 @@ from guardcache.config.prompts import (
     TaskPrompt,
     default_prompts,
     fixed_variables,
+    judges_images,
     select_prompt,
     split_task,
     with_defaults,
@@ -55,6 +56,7 @@ from guardcache.prompts.nemo_defaults import (
     default_sample_conversation,
     general_instructions,
 )
+from guardcache.prompts.parts import DEFAULT_MAX_IMAGE_BYTES, DEFAULT_MAX_IMAGES, ImageLimits
 from guardcache.prompts.render import template_problems
 
 assert _catalog.PARSERS  # the import above is for its side effect: the flows exist before validation
@@ -137,6 +139,9 @@ class RailsSection(BaseModel):
 
     ``config`` holds NeMo's per-rail settings guardcache reads; ``max_input_chars`` is the longest
     text a check sends (longer text cannot be judged whole, so it is blocked as unsafe).
+    ``max_image_bytes`` (decoded, per image) and ``max_images`` (per message) bound the images of a
+    user message, read only when a vision rail judges them (``RailsConfig.image_limits``); past
+    either, the turn is a ``ValueError`` naming the part.
     """
 
     model_config = STRICT
@@ -145,6 +150,8 @@ class RailsSection(BaseModel):
     output: Annotated[RailGroup, BeforeValidator(null_is_empty)] = Field(default_factory=RailGroup)
     config: Annotated[RailSettings, BeforeValidator(null_is_empty)] = Field(default_factory=RailSettings)
     max_input_chars: PositiveInt = DEFAULT_MAX_INPUT_CHARS
+    max_image_bytes: PositiveInt = DEFAULT_MAX_IMAGE_BYTES
+    max_images: PositiveInt = DEFAULT_MAX_IMAGES
 
 
 class Instruction(BaseModel):
@@ -385,6 +392,33 @@ class RailsConfig(BaseModel):
         if self.rails.config.jailbreak_detection.has_inline_key:
             found.append(("rails", "config", "jailbreak_detection", "api_key"))
         return found
+
+    def image_rails(self) -> tuple[list[str], list[str]]:
+        """The rails that read the user's message, as written in ``flows``, in two lists: those that
+        judge its images too (vision rails: ``config.prompts.judges_images``) and those that judge
+        its text only (every other prompt, topic control, the JailbreakDetect NIM)."""
+        vision: list[str] = []
+        text_only: list[str] = []
+        for group in (self.rails.input, self.rails.output):
+            for ref in group.flow_refs():
+                spec = KNOWN_FLOWS[ref.name]
+                if "user_input" not in spec.variables:
+                    continue
+                sees = spec.prompt_task is not None and judges_images(
+                    spec, self.prompt_for(spec.prompt_task, self.model_type_for(ref))
+                )
+                (vision if sees else text_only).append(ref.text)
+        return vision, text_only
+
+    def image_limits(self) -> ImageLimits | None:
+        """What images a user message may carry (``rails.max_image_bytes``, ``rails.max_images``),
+        or None: images are refused. They are accepted only when a vision rail judges them and no
+        rail that reads the message judges its text only (that rail cannot judge an image, and
+        must not judge a message with its images left out)."""
+        vision, text_only = self.image_rails()
+        if not vision or text_only:
+            return None
+        return ImageLimits(self.rails.max_image_bytes, self.rails.max_images)
 
     def model_type_for(self, ref: FlowRef) -> str | None:
         """The model type a flow runs on: its ``$model=``, else the first configured of the types

@@ -2,9 +2,11 @@
 
 Real HTTP on loopback, the exact response formats of every guard model NeMo Guardrails calls
 (NemoGuard content safety, Llama Guard 1/2/3, Nemotron content-safety reasoning, ShieldGemma, self
-check input/output, topic control, jailbreak detect; see ``model.py``), vLLM's context-length and
-body-size refusals, a prefix (KV) cache and latency model calibrated to an 8B model on one H100, and
-seeded fault injection (including contradicting duplicate verdict keys). Start one with
+check input/output, topic control, jailbreak detect, and with ``vision``/``safety_guard`` the vision
+guard Nemotron 3.5 Content Safety, images included; see ``model.py`` and ``images.py``), vLLM's
+context-length and body-size refusals, a prefix (KV) cache and latency model calibrated to an 8B
+model on one H100, and seeded fault injection (including contradicting duplicate verdict keys).
+Start one with
 ``EmulatorServer`` (current event loop), ``EmulatorServer(...).in_thread()`` (sync code) or
 ``EmulatorProcess`` (child process), or from the shell with ``guardcache emulate``.
 """

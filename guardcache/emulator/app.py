@@ -5,8 +5,10 @@ Routes (``/v1`` is what an OpenAI client's ``base_url`` points at):
 - ``POST /v1/chat/completions`` (``stream: true`` -> SSE), ``POST /v1/classify``, ``GET /v1/models``:
   bearer token checked when ``api_key`` is configured (401 in OpenAI error shape).
 - ``GET /v1/health/ready``, ``GET /v1/health/live``, ``GET /v1/metrics`` (Prometheus): no token.
-- A body over ``max_body_bytes`` answers 413 and a chat prompt that does not fit ``max_model_len``
-  answers 400 ("This model's maximum context length is ..."), both in vLLM's flat error shape
+- A body over ``max_body_bytes`` answers 413, and a chat prompt that does not fit ``max_model_len``
+  ("This model's maximum context length is ..."), images sent to a model that is not ``vision``
+  ("... is not a multimodal model") or an image that does not load answer 400, all in vLLM's flat
+  error shape
   ``{"object": "error", "message", "type", "param", "code"}`` as the NIMs send it; other invalid
   requests answer 400 in the OpenAI shape.
 - While the admin switch holds the server down, every ``/v1/*`` route answers 503 (OpenAI error
@@ -44,6 +46,7 @@ from .connection import (
 )
 from .engine import ContextLengthExceeded, Emulator, Generation
 from .faults import Fault
+from .images import ImageInputError
 from .protocol import (
     ChatRequest,
     RequestError,
@@ -104,7 +107,7 @@ class _Handlers:
             return self._error(CHAT, 400, str(exc), "invalid_request_error", None, exc.param)
         try:
             prepared = emu.prepare(chat)
-        except ContextLengthExceeded as exc:
+        except (ContextLengthExceeded, ImageInputError) as exc:
             emu.metrics.record_status(CHAT, "400")
             return JSONResponse(vllm_error_body(str(exc), "BadRequestError", 400), status_code=400)
         fault = emu.draw_fault()

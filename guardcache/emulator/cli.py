@@ -27,7 +27,9 @@ DESCRIPTION = (
     "(JSON), Llama Guard 1/2/3 (safe / unsafe + codes), Nemotron content-safety reasoning (Prompt "
     "harm / Response Harm, <think> under /think), ShieldGemma and self check input/output (Yes/No), "
     "topic control (on-topic/off-topic) and jailbreak detect (POST /v1/classify); anything else is "
-    "echoed. Verdicts come from a keyword/regex policy (--policy)."
+    "echoed. With --safety-guard --vision, the vision guard of NeMo's content_safety_vision example "
+    "(Nemotron 3.5 Content Safety: images, 'User Safety' lines). Verdicts come from a keyword/regex "
+    "policy (--policy)."
 )
 
 # flag dest -> (config section or None, field)
@@ -39,6 +41,8 @@ _FIELDS: dict[str, tuple[str | None, str]] = {
     "policy": (None, "policy_path"),
     "cached_tokens_field": (None, "cached_tokens_field"),
     "trailing_space": (None, "trailing_space"),
+    "vision": (None, "vision"),
+    "safety_guard": (None, "safety_guard"),
     "max_model_len": (None, "max_model_len"),
     "max_body_bytes": (None, "max_body_bytes"),
     "time_scale": ("latency", "time_scale"),
@@ -96,6 +100,19 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         action=argparse.BooleanOptionalAction,
         default=None,
         help="append a space after the content-safety JSON, as the real NIM sometimes does",
+    )
+    beh.add_argument(
+        "--vision",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="take image_url parts in messages (a text-only model answers them HTTP 400)",
+    )
+    beh.add_argument(
+        "--safety-guard",
+        action=argparse.BooleanOptionalAction,
+        default=None,
+        help="judge every request as Nemotron 3.5 Content Safety does (its chat template holds the "
+        "safety prompt): answer 'User Safety: safe|unsafe' lines; with --vision, images too",
     )
     lat = p.add_argument_group("latency and KV cache")
     lat.add_argument("--time-scale", type=float, help="multiply every modelled delay; 0 never sleeps")

@@ -191,6 +191,12 @@ class EmulatorConfig:
     NIMs; a longer chat request is refused with vLLM's HTTP 400 ("This model's maximum context
     length is ..."). ``max_body_bytes`` caps a request body (HTTP 413 beyond it). 0 turns either
     limit off.
+
+    ``vision``: the model takes ``image_url`` parts (see ``images.py``); a model that does not
+    answers a request with images 400, as a text-only server does. ``safety_guard``: the model is a
+    content-safety guard whose chat template holds the safety prompt (Nemotron 3.5 Content Safety,
+    the vision model of NeMo's ``content_safety_vision`` example): every request is the bare
+    conversation, and the answer is ``User Safety: safe|unsafe`` lines (see ``model.py``).
     """
 
     host: str = "127.0.0.1"
@@ -205,6 +211,8 @@ class EmulatorConfig:
     max_model_len: int = 8192
     max_body_bytes: int = 1_048_576
     system_preamble: str = "Cutting Knowledge Date: December 2023\nToday Date: 26 Jul 2024\n\n"
+    vision: bool = False
+    safety_guard: bool = False
     latency: LatencyConfig = field(default_factory=LatencyConfig)
     kv_cache: KVCacheConfig = field(default_factory=KVCacheConfig)
     faults: FaultConfig = field(default_factory=FaultConfig)
@@ -240,6 +248,9 @@ class EmulatorConfig:
                 f"must be an integer >= 0 (0 = no limit), got {value!r}",
             )
         _require(self.api_key is None or bool(self.api_key), "api_key", "must not be empty")
+        for name in ("vision", "safety_guard"):
+            value = getattr(self, name)
+            _require(isinstance(value, bool), name, f"must be true or false, got {value!r}")
         for name, cls in _SECTIONS.items():
             _require(isinstance(getattr(self, name), cls), name, f"must be a {cls.__name__}")
 

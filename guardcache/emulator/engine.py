@@ -22,6 +22,7 @@ from typing import Any
 
 from .config import EmulatorConfig, FaultConfig
 from .faults import Fault, FaultInjector
+from .images import ImageInputError, has_images
 from .kvcache import Allocation, PrefixCache
 from .metrics import EmulatorMetrics
 from .model import Decision, GuardModel, duplicated, malformed
@@ -133,7 +134,9 @@ class Emulator:
         if policy is None:
             policy = Policy.from_file(config.policy_path) if config.policy_path else Policy.default()
         self.policy = policy
-        self.model = GuardModel(policy, trailing_space=config.trailing_space)
+        self.model = GuardModel(
+            policy, trailing_space=config.trailing_space, safety_guard=config.safety_guard
+        )
         self.tokenizer = Tokenizer(config.chars_per_token, config.system_preamble)
         kv = config.kv_cache
         self.kv = PrefixCache(kv.block_size, kv.capacity_blocks, kv.reuse)
@@ -156,7 +159,10 @@ class Emulator:
 
     def prepare(self, request: ChatRequest) -> Prepared:
         """Tokenize, count the prompt, check the context window, and decide the answer (cheap,
-        synchronous). A refused prompt still counts as a call for its digest: it reached the server."""
+        synchronous). A refused prompt still counts as a call for its digest: it reached the server.
+        ``ImageInputError``: images sent to a text-only model, or an image that does not load."""
+        if not self.config.vision and has_images(request.messages):
+            raise ImageInputError(f"{self.config.model} is not a multimodal model: it takes no image input")
         prompt = self.tokenizer.render_chat(request.messages)
         digest = prompt_digest_of_tokens(prompt)
         self.metrics.record_prompt(digest)

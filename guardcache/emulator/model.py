@@ -36,6 +36,19 @@ unless said otherwise, because every guard template ends with its instruction):
    ``off-topic`` when the last user message matches the policy's ``topic_control.off_topic`` or
    shares no content word with the rules (greetings are on-topic), else ``on-topic``.
 7. Anything else: ``You said: <last user message>``, so the emulator can stand in for a main LLM.
+
+A safety guard (``safety_guard=True``: Nemotron 3.5 Content Safety, the vision model of NeMo's
+``content_safety_vision`` example) answers every request in its own format instead, as its chat
+template holds the safety prompt and the request is only the conversation: it judges the last user
+message (its text and what its images show, see ``images``) and, when the conversation ends with an
+assistant turn, that answer too, in plain lines::
+
+    User Safety: unsafe
+    Response Safety: safe
+    Safety Categories: Guns and Illegal Weapons
+
+(``Response Safety`` only with an assistant turn, ``Safety Categories`` only when something is
+unsafe, the categories of both turns in policy order.)
 """
 
 from __future__ import annotations
@@ -48,6 +61,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from .images import read_images
 from .policy import Policy, matched_categories
 from .tokens import message_text
 
@@ -62,6 +76,8 @@ DecisionKind = Literal[
     "self_check_input",
     "self_check_output",
     "topic_control",
+    "safety_guard_input",
+    "safety_guard_output",
     "echo",
 ]
 
@@ -121,7 +137,10 @@ _TAXONOMY_ALIASES: dict[str, tuple[str, ...]] = {
 }
 _VERDICT_KEYS = ("User Safety", "Response Safety")
 _FLIP = {"safe": "unsafe", "unsafe": "safe", "harmful": "unharmful", "unharmful": "harmful"}
-_HARM_LINE = re.compile(r"^((?:Prompt harm|Response Harm): )(harmful|unharmful)$", re.MULTILINE)
+_HARM_LINE = re.compile(
+    r"^((?:Prompt harm|Response Harm|User Safety|Response Safety): )(harmful|unharmful|safe|unsafe)$",
+    re.MULTILINE,
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -140,11 +159,14 @@ class Decision:
 class GuardModel:
     """Deterministic stand-in for the NemoGuard models, driven by a ``Policy``."""
 
-    def __init__(self, policy: Policy, *, trailing_space: bool = True) -> None:
+    def __init__(self, policy: Policy, *, trailing_space: bool = True, safety_guard: bool = False) -> None:
         self.policy = policy
         self.trailing_space = trailing_space
+        self.safety_guard = safety_guard
 
     def decide(self, messages: Sequence[Mapping[str, Any]]) -> Decision:
+        if self.safety_guard:
+            return self._safety_guard(messages)
         texts = [message_text(m.get("content")) for m in messages]
         for text in texts:
             if _BEGIN in text and _END in text:
@@ -181,6 +203,28 @@ class GuardModel:
         return False, round(int.from_bytes(digest[:4], "big") / 2**32 * 0.25, 6)
 
     # -- formats --------------------------------------------------------------------------
+
+    def _safety_guard(self, messages: Sequence[Mapping[str, Any]]) -> Decision:
+        user_at = next(
+            (i for i in range(len(messages) - 1, -1, -1) if messages[i].get("role") == "user"), None
+        )
+        seen: list[str] = []
+        if user_at is not None:
+            content = messages[user_at].get("content")
+            seen = [message_text(content), *(image.text for image in read_images(content))]
+        user_cats = matched_categories(self.policy, seen)
+        lines = [f"User Safety: {'unsafe' if user_cats else 'safe'}"]
+        kind: DecisionKind = "safety_guard_input"
+        found = set(user_cats)
+        if messages and messages[-1].get("role") == "assistant" and user_at != len(messages) - 1:
+            kind = "safety_guard_output"
+            bot_cats = self.policy.violations(message_text(messages[-1].get("content")))
+            lines.append(f"Response Safety: {'unsafe' if bot_cats else 'safe'}")
+            found.update(bot_cats)
+        categories = tuple(c.name for c in self.policy.categories if c.name in found)
+        if categories:
+            lines.append("Safety Categories: " + ", ".join(categories))
+        return Decision(kind, "\n".join(lines), categories)
 
     def _content_safety(self, text: str) -> Decision:
         conversation = _between(text, _BEGIN, _END).strip("\n")
@@ -327,7 +371,8 @@ def duplicated(content: str) -> str:
     A JSON object gets every ``"User Safety"``/``"Response Safety"`` key repeated right after itself
     with the opposite value (``{"User Safety": "unsafe", "User Safety": "safe", ...}``: a parser
     that keeps the last key reads the flipped verdict); Nemotron ``Prompt harm:``/``Response Harm:``
-    lines are repeated the same way. Other answers are returned unchanged.
+    and ``User Safety:``/``Response Safety:`` lines are repeated the same way. Other answers are
+    returned unchanged.
     """
     stripped = content.rstrip()
     trailing = content[len(stripped) :]

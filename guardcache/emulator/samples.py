@@ -12,6 +12,9 @@ prompts NeMo Guardrails configs use; their policy wording is shortened.
 
 from __future__ import annotations
 
+import base64
+import struct
+import zlib
 from typing import Any
 
 CONTENT_SAFETY_PREFIX = (
@@ -261,3 +264,34 @@ def nemotron_reasoning(user: str, bot: str | None = None, *, reasoning: bool = F
         'response. If there is no response, output "Response harm: <harmful/unharmful>" as None. '
         f"{'/think' if reasoning else '/no_think'}\n"
     )
+
+
+def png_image(caption: str | None = None, *, pixel: tuple[int, int, int] = (255, 255, 255)) -> bytes:
+    """A valid 1x1 PNG of one ``pixel`` colour; with ``caption``, a ``tEXt`` chunk holding
+    ``emulator-caption: <caption>``, which is what the emulated vision guard sees in it (see
+    ``images``): ``png_image("a pistol")`` is an unsafe image, ``png_image("a cat")`` a safe one.
+    Two calls that differ in caption or pixel are two images (two digests)."""
+
+    def chunk(kind: bytes, data: bytes) -> bytes:
+        return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data))
+
+    header = struct.pack(">IIBBBBB", 1, 1, 8, 2, 0, 0, 0)  # 1x1, 8-bit RGB
+    text = (
+        b""
+        if caption is None
+        else chunk(b"tEXt", b"Comment\x00emulator-caption: " + caption.encode() + b"\n")
+    )
+    pixels = zlib.compress(b"\x00" + bytes(pixel))
+    return b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", header) + text + chunk(b"IDAT", pixels) + chunk(b"IEND", b"")
+
+
+def data_url(data: bytes, media_type: str = "image/png") -> str:
+    """``data:<media_type>;base64,<data>``."""
+    return f"data:{media_type};base64,{base64.b64encode(data).decode('ascii')}"
+
+
+def image_message(text: str, *urls: str) -> dict[str, Any]:
+    """A user message of a text part and ``image_url`` parts, as OpenAI clients send it."""
+    parts: list[dict[str, Any]] = [{"type": "text", "text": text}]
+    parts += [{"type": "image_url", "image_url": {"url": url}} for url in urls]
+    return {"role": "user", "content": parts}

@@ -9,7 +9,9 @@ the first word of the user text. Roughly 4 characters per token matches English 
 
 The chat template follows Llama-3.1: special tokens count as one token each, and the default system
 block (the "Cutting Knowledge Date" preamble) is added unless the chat starts with a system message,
-so a one-message prompt carries 31 tokens of overhead: 26 before its content and 5 after.
+so a one-message prompt carries 31 tokens of overhead: 26 before its content and 5 after. An image
+part (a vision model's request) is ``images.IMAGE_TOKENS`` tokens where it stands, the first naming
+its digest.
 """
 
 from __future__ import annotations
@@ -17,6 +19,8 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
+
+from .images import has_images, image_tokens, read_images
 
 BEGIN_OF_TEXT = "<|begin_of_text|>"
 START_HEADER = "<|start_header_id|>"
@@ -75,13 +79,30 @@ class Tokenizer:
         if not has_system and self.system_preamble:
             self._turn(tokens, "system", self.system_preamble)
         for message in messages:
-            self._turn(tokens, str(message.get("role", "user")), message_text(message.get("content")))
+            content = message.get("content")
+            role = str(message.get("role", "user"))
+            if has_images([message]):
+                self._multimodal_turn(tokens, role, content)
+            else:
+                self._turn(tokens, role, message_text(content))
         tokens += [START_HEADER, "assistant", END_HEADER, HEADER_BREAK]
         return tokens
 
     def _turn(self, tokens: list[str], role: str, text: str) -> None:
         tokens += [START_HEADER, role, END_HEADER, HEADER_BREAK]
         tokens += self.tokenize(text)
+        tokens.append(END_OF_TURN)
+
+    def _multimodal_turn(self, tokens: list[str], role: str, content: list[Any]) -> None:
+        """Text parts as text, each image as its image tokens, in order (``ImageInputError`` for an
+        image that does not load)."""
+        tokens += [START_HEADER, role, END_HEADER, HEADER_BREAK]
+        for part in content:
+            if isinstance(part, Mapping) and part.get("type") == "image_url":
+                (image,) = read_images([part])
+                tokens += image_tokens(image)
+            else:
+                tokens += self.tokenize(message_text([part]))
         tokens.append(END_OF_TURN)
 
 

@@ -34,6 +34,7 @@ from typing import Any, Self
 
 import httpx2
 
+from guardcache import tracing
 from guardcache.errors import (
     BackendConnectionError,
     BackendDeclinedError,
@@ -173,6 +174,8 @@ class ChatClient:
         sleep: the coroutine used to wait between retries (tests inject one to record delays).
         limits: how much of an answer is read before the call fails (:class:`WireLimits`):
             :data:`CHECK_LIMITS` for a guard, :data:`MAIN_LIMITS` for a main model's answers.
+        key_note: why no key is sent although one is set (a 401's hint says it instead of "the key
+            is not set"): e.g. ``NVIDIA_API_KEY`` kept off a plain http:// URL.
 
     The instance holds no loop-bound resource when it uses the pool, so one ChatClient can serve
     many ``asyncio.run`` calls; each loop gets its own pooled connections.
@@ -195,6 +198,7 @@ class ChatClient:
         pool: WirePool | None = None,
         sleep: Callable[[float], Awaitable[None]] | None = None,
         limits: WireLimits = CHECK_LIMITS,
+        key_note: str | None = None,
     ) -> None:
         if transport is not None and http_client is not None:
             raise ValueError("ChatClient: pass either transport or http_client, not both")
@@ -238,6 +242,7 @@ class ChatClient:
         self._pool: WirePool = self._owned_pool or (pool if pool is not None else default_pool())
         self._sleep = sleep if sleep is not None else asyncio.sleep
         self.limits = limits
+        self.key_note = key_note
         self.retry_log = RateLimitedLog(logger, interval=RETRY_LOG_INTERVAL)
 
     @classmethod
@@ -312,10 +317,14 @@ class ChatClient:
         }
         return await self.send(body, deadline=deadline)
 
-    async def send(self, body: Mapping[str, Any], *, deadline: float | None = None) -> ChatResult:
+    async def send(
+        self, body: Mapping[str, Any], *, deadline: float | None = None, _traced: bool = False
+    ) -> ChatResult:
         """POST ``body`` to :attr:`url` within the call's budget, with the retry policy, and read
         the answer with :meth:`_parse` (a subclass speaking another JSON endpoint, such as a
         classifier, overrides ``url`` and ``_parse``). Raises as :meth:`complete`."""
+        if not _traced and tracing.backend_traced():  # a span per call when tracing is on
+            return await tracing.traced_call(self, body, self.send(body, deadline=deadline, _traced=True))
         started = time.monotonic()
         call = self._bound(started, deadline)
         if call.end is None:
@@ -342,6 +351,7 @@ class ChatClient:
         totals: StreamTotals,
         *,
         deadline: float | None = None,
+        _traced: bool = False,
         **params: Any,
     ) -> AsyncIterator[str]:
         """Send one streamed chat completion and yield its text deltas as the server sends them;
@@ -360,6 +370,11 @@ class ChatClient:
             "stream": True,
             "stream_options": {"include_usage": True},
         }
+        if not _traced and tracing.backend_traced():  # a span per call when tracing is on
+            deltas = self.stream(messages, totals, deadline=deadline, _traced=True, **params)
+            async for delta in tracing.traced_stream(self, body, totals, deltas):
+                yield delta
+            return
         started = time.monotonic()
         call = self._bound(started, deadline)
         scope = asyncio.timeout(call.end - started) if call.end is not None else None
@@ -623,6 +638,8 @@ class ChatClient:
                 "the server redirects; guardcache follows no redirect (the API key must never be "
                 "sent to another host): set base_url to the endpoint itself"
             )
+        elif status in (401, 403) and not self._has_api_key and self.key_note is not None:
+            hint = f"no API key was sent: {self.key_note}"
         elif status in (401, 403):
             hint = (
                 "check the API key: the environment variable that holds it (e.g. NVIDIA_API_KEY, "

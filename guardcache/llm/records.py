@@ -16,6 +16,7 @@ import time
 from contextvars import ContextVar
 from typing import NamedTuple
 
+from guardcache import tracing
 from guardcache.llm.types import Usage
 
 
@@ -189,17 +190,20 @@ class request_scope:  # lower case: used like the function it replaced, ``with r
     path, and this costs a third as much.
     """
 
-    __slots__ = ("_token", "info")
+    __slots__ = ("_span", "_token", "info")
 
     def __init__(self) -> None:
         self.info = ExplainInfo()
 
     def __enter__(self) -> ExplainInfo:
         self._token = _CURRENT.set(self.info)
+        self._span = tracing.start_turn()  # the turn's span: None (one lookup) when tracing is off
         return self.info
 
     def __exit__(self, *exc: object) -> None:
         _CURRENT.reset(self._token)
+        if self._span is not None:
+            tracing.end_turn(self._span, self.info, exc[1] if isinstance(exc[1], BaseException) else None)
 
 
 __all__ = [

@@ -22,7 +22,9 @@ from guardcache.prompts.render import (
     placeholders,
     render,
     render_messages,
+    single_variable,
     static_prefix,
+    takes_image_parts,
     template_problems,
 )
 
@@ -41,6 +43,8 @@ __all__ = [
     "register_setting",
     "render",
     "render_messages",
+    "single_variable",
     "static_prefix",
+    "takes_image_parts",
     "template_problems",
 ]

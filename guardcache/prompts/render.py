@@ -24,12 +24,14 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 from collections.abc import Collection, Mapping, Sequence
 from typing import Any, Protocol
 
 from guardcache.prompts import jinja
 from guardcache.prompts.jinja import Settings, compile_template
 from guardcache.prompts.legacy import PLACEHOLDER
+from guardcache.prompts.parts import ContentParts
 
 _FINGERPRINT_VERSION = "guardcache.prompt.v1"
 
@@ -99,28 +101,70 @@ def render(template: str, variables: Mapping[str, str], settings: Mapping[str, A
 
 
 def render_messages(
-    prompt: RenderablePrompt, variables: Mapping[str, str], settings: Mapping[str, Any] | None = None
-) -> list[dict[str, str]]:
+    prompt: RenderablePrompt, variables: Mapping[str, Any], settings: Mapping[str, Any] | None = None
+) -> list[dict[str, Any]]:
     """Render a prompt to OpenAI-style ``{"role", "content"}`` dicts.
 
     A content prompt becomes one ``user`` message (how NemoGuard models expect it); a message-list
     prompt gives one message per entry, even one whose content renders empty. NeMo's bare-string
     message expressions (``"{{ history | to_chat_messages }}"``) expand to a conversation history,
     which guard checks do not have: they raise ``ValueError`` (and are refused when the config loads).
+
+    A variable whose value is :class:`ContentParts` (a user message with images) is the content of a
+    message whose template is exactly that variable (``{{ user_input }}``): the message carries the
+    parts as they are, as NeMo's task manager passes a list there. Such a value cannot be rendered
+    into text: a template that reads it otherwise fails (``KeyError``; see :func:`takes_image_parts`).
     """
     bound = Settings.of(settings)
+    parts = {name: value for name, value in variables.items() if isinstance(value, ContentParts)}
+    texts = {name: value for name, value in variables.items() if name not in parts} if parts else variables
     if prompt.content is not None:
-        return [{"role": "user", "content": compile_template(prompt.content).render(variables, bound)}]
-    out: list[dict[str, str]] = []
+        return [{"role": "user", "content": compile_template(prompt.content).render(texts, bound)}]
+    out: list[dict[str, Any]] = []
     for message in prompt.messages or ():
         if message.type is None:
             raise ValueError(
                 f"prompt {prompt.task!r}: message expression {_clip(message.content)} is not "
                 "supported: guard checks have no conversation history; give each message a type"
             )
-        content = compile_template(message.content).render(variables, bound)
+        whole = single_variable(message.content) if parts else None
+        if whole is not None and whole in parts:
+            out.append({"role": message.type, "content": list(parts[whole])})
+            continue
+        content = compile_template(message.content).render(texts, bound)
         out.append({"role": message.type, "content": content})
     return out
+
+
+_SINGLE_VARIABLE = re.compile(r"\{\{\s*(\w+)\s*\}\}")
+
+
+def single_variable(template: str) -> str | None:
+    """The variable a template is made of alone (``{{ user_input }}``, spaces around it allowed), or
+    None: NeMo's task manager passes a list value (multimodal content) whole to such a message."""
+    found = _SINGLE_VARIABLE.fullmatch(template.strip())
+    return found.group(1) if found is not None else None
+
+
+def takes_image_parts(prompt: RenderablePrompt, variable: str = "user_input") -> bool:
+    """Whether a prompt can carry a user message's images to its model: a message-list prompt with
+    a message that is exactly ``{{ user_input }}`` (it gets the content parts, images included, as in
+    NeMo), and no other template reading ``user_input`` (it would need the image as text). Every
+    other prompt judges text only, and its check refuses images."""
+    if prompt.messages is None:
+        return False
+    whole = False
+    for message in prompt.messages:
+        if message.type is not None and single_variable(message.content) == variable:
+            whole = True
+            continue
+        try:
+            names = compile_template(message.content).names
+        except ValueError:  # not a template guardcache renders (refused when the config loads)
+            return False
+        if variable in names:
+            return False
+    return whole
 
 
 def static_prefix(template: str) -> str:
@@ -193,6 +237,8 @@ __all__ = [
     "placeholders",
     "render",
     "render_messages",
+    "single_variable",
     "static_prefix",
+    "takes_image_parts",
     "template_problems",
 ]

@@ -38,6 +38,7 @@ def build_client(model: ModelConfig) -> ChatClient:
         default_base_url=model.base_url,
         # A guard's answer is a verdict of a few tokens; the main model's can be long.
         limits=MAIN_LIMITS if model.type == "main" else CHECK_LIMITS,
+        key_note=model.unsent_key_note(),
     )
 
 

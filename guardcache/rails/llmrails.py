@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import logging
 import time
 from collections.abc import Coroutine, Mapping, Sequence
 from typing import Any, TypeVar, overload
@@ -17,6 +18,7 @@ from guardcache import language
 from guardcache.cache import CacheInterface
 from guardcache.checks.verdict import RailResult
 from guardcache.config import RailGroup, RailsConfig
+from guardcache.config.models import check_model_keys
 from guardcache.errors import ConfigError
 from guardcache.llm.pool import aclose_all
 from guardcache.llm.records import LLMCallInfo, record_call, request_scope
@@ -25,13 +27,14 @@ from guardcache.llm.types import Usage
 from guardcache.rails.builder import build_runtime
 from guardcache.rails.caches import log_caches
 from guardcache.rails.main_llm import ClientLLM, LangChainLLM, MainLLM
-from guardcache.rails.messages import Message, history, last_index, read_messages
+from guardcache.rails.messages import Message, history, last_index, message_text, read_messages
 from guardcache.rails.rail import Rail
 from guardcache.rails.speculation import abandon, run_with_early_start
 from guardcache.rails.streaming import GuardedStream
 from guardcache.rails.turn import REFUSAL, CheckResult, TurnInfo
 
 T = TypeVar("T")
+log = logging.getLogger("guardcache.rails")
 NO_USAGE = Usage(0, 0, 0, 0)
 
 
@@ -60,9 +63,17 @@ class LLMRails:
 
     def __init__(self, config: RailsConfig, llm: Any | None = None) -> None:
         self.config = config
+        # An api_key_env_var naming an unset or empty variable stops here, not as a 401 on a turn.
+        check_model_keys(config.models, config.source, skip=("main",) if llm is not None else ())
+        for model in config.models:
+            note = model.unsent_key_note()
+            if note is not None:
+                log.warning("%s: model %r: %s", config.source or "<config>", model.type, note)
         self._runtime = build_runtime(config)
         self.model_caches: dict[str, CacheInterface] = self._runtime.caches
         log_caches(config, self.model_caches)
+        # Images a user message may carry: None (refused) unless a vision rail judges them.
+        self.image_limits = config.image_limits()
         self._main: MainLLM | None = None
         if llm is not None:
             if config.rails.input.during_main and _binds_tools(llm):
@@ -166,7 +177,7 @@ class LLMRails:
         Raises ``ValueError`` when there is nothing to check (no user message and no final
         assistant message): an empty result would read as "allowed" with no rail run.
         """
-        msgs = read_messages(messages)
+        msgs = read_messages(messages, images=self.image_limits)
         user_at = last_index(msgs, "user")
         bot_last = bool(msgs) and msgs[-1]["role"] == "assistant"
         if user_at is None and not bot_last:
@@ -246,17 +257,16 @@ class LLMRails:
         finally:
             await self._close_loop_resources(flush=False)
 
-    def _refusal(self, user_input: str) -> str:
+    def _refusal(self, user_input: Any) -> str:
         """The refusal text: in the user's language when multilingual is on (detected only for
         blocked turns, so allowed turns never pay for it)."""
         if not self._multilingual.enabled:
             return REFUSAL
         return language.refusal_message(
-            language.detect_language(user_input), self._multilingual.refusal_messages
+            language.detect_language(message_text(user_input)), self._multilingual.refusal_messages
         )
 
-    @staticmethod
-    def _turn_input(prompt: Any, messages: Any) -> tuple[list[Message], bool]:
+    def _turn_input(self, prompt: Any, messages: Any) -> tuple[list[Message], bool]:
         """The turn's messages, and whether the caller gave a prompt (and so gets text back)."""
         if prompt is not None and messages is not None:
             raise ValueError("pass either prompt or messages, not both (as NeMo Guardrails)")
@@ -268,7 +278,7 @@ class LLMRails:
             messages = prompt  # a list first: guardcache's earlier generate_async(messages) form
         if messages is None:
             raise ValueError("pass prompt='...' or messages=[{'role': 'user', 'content': ...}]")
-        msgs = read_messages(messages)
+        msgs = read_messages(messages, images=self.image_limits)
         if not msgs:
             raise ValueError("messages is empty: pass at least one user message")
         return msgs, False

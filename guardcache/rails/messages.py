@@ -4,14 +4,23 @@ Users pass what their stack gives them: OpenAI dicts (``user``/``assistant``/``s
 ``tool``), LangChain role names (``human``/``ai``) or LangChain message objects, NeMo's ``bot``. All
 mean the same turn, so all are read the same way: a check must never be skipped because the
 caller spelled a role differently (an unknown role could otherwise hide the user's message from the
-input rails). Wrong types are a ``TypeError`` naming the argument; content the text checks cannot
-judge (an image part) is a ``ValueError``: never an unchecked pass.
+input rails). Wrong types are a ``TypeError`` naming the argument; content the rails cannot judge is
+a ``ValueError`` naming the part: never an unchecked pass.
+
+Images (``image_url`` parts) are read only when the caller says the config's rails can judge them
+(``images``: a vision rail reads the user's message, and no text-only rail does; see
+``RailsConfig.image_limits``), and only in the last user message, the one the input rails check:
+its content is then :class:`~guardcache.prompts.parts.ContentParts` (a list of OpenAI part dicts,
+what the main model and the vision rail are sent). An image anywhere else would reach the main
+model unchecked, so it is refused like any image a config cannot judge.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from typing import Any
+
+from guardcache.prompts.parts import ContentParts, ImageLimits, ImagePart, read_parts
 
 ROLES: Mapping[str, str] = {
     "user": "user",
@@ -26,11 +35,15 @@ ROLES: Mapping[str, str] = {
 }
 """Every role name accepted, OpenAI's, LangChain's and NeMo's, and what it means here."""
 
-Message = dict[str, str]
+Message = dict[str, Any]
+"""``{"role": ..., "content": str}``; the last user message's content may be ``ContentParts``."""
 
 
-def read_messages(messages: Any, argument: str = "messages") -> list[Message]:
-    """``messages`` as a list of ``{"role", "content"}`` dicts with canonical roles and str content.
+def read_messages(
+    messages: Any, argument: str = "messages", *, images: ImageLimits | None = None
+) -> list[Message]:
+    """``messages`` as a list of ``{"role", "content"}`` dicts with canonical roles and str content
+    (``ContentParts`` for a last user message with images, when ``images`` allows them).
 
     Every cached check pays this, so the common shape (a list of dicts with str content and a
     canonical role) takes a path of exact type tests: ABC ``isinstance`` checks and the error
@@ -43,13 +56,27 @@ def read_messages(messages: Any, argument: str = "messages") -> list[Message]:
         if not isinstance(messages, Sequence):
             raise TypeError(f"{argument} must be a list of messages, not {type(messages).__name__}")
     out: list[Message] = []
+    with_images: list[int] = []
     for i, message in enumerate(messages):
         if type(message) is dict:
             role, content = message.get("role"), message.get("content")
             if type(content) is str and type(role) is str and role in _CANONICAL:
                 out.append({"role": role, "content": content})
                 continue
-        out.append(_read(message, f"{argument}[{i}]"))
+        read = _read(message, f"{argument}[{i}]", images)
+        if read["content"].__class__ is ContentParts:
+            with_images.append(i)
+        out.append(read)
+    if with_images:
+        checked = last_index(out, "user")
+        for i in with_images:
+            if i != checked:
+                content = out[i]["content"]
+                j = next(j for j, part in enumerate(content.parts) if isinstance(part, ImagePart))
+                raise ValueError(
+                    f"{argument}[{i}].content[{j}]: images are only checked in the last user message "
+                    "(the one the input rails judge); an image elsewhere would reach the main model unchecked"
+                )
     return out
 
 
@@ -57,7 +84,7 @@ _CANONICAL = frozenset(name for name, canonical in ROLES.items() if name == cano
 """Role names that read as themselves (the fast path of :func:`read_messages`)."""
 
 
-def _read(message: Any, where: str) -> Message:
+def _read(message: Any, where: str, images: ImageLimits | None) -> Message:
     if isinstance(message, Mapping):
         role, content = message.get("role"), message.get("content")
     elif hasattr(message, "type") and hasattr(message, "content"):  # a LangChain BaseMessage
@@ -73,27 +100,30 @@ def _read(message: Any, where: str) -> Message:
     if canonical is None:
         known = ", ".join(sorted(ROLES))
         raise ValueError(f"{where}.role: unknown role {role!r} (known: {known})")
-    return {"role": canonical, "content": _text(content, where)}
+    return {"role": canonical, "content": _content(content, where, images)}
 
 
-def _text(content: Any, where: str) -> str:
+def _content(content: Any, where: str, images: ImageLimits | None) -> str | ContentParts:
     if content is None:  # an assistant turn that only called tools
         return ""
     if isinstance(content, str):
         return content
-    if isinstance(content, list):  # OpenAI content parts
-        texts = []
-        for j, part in enumerate(content):
-            kind = part.get("type") if isinstance(part, Mapping) else None
-            if kind == "text" and isinstance(part.get("text"), str):
-                texts.append(part["text"])
-            elif isinstance(part, str):
-                texts.append(part)
-            else:
-                got = kind or type(part).__name__
-                raise ValueError(f"{where}.content[{j}]: only text parts can be checked (got {got})")
-        return "\n".join(texts)
-    raise TypeError(f"{where}.content must be a str or a list of text parts, not {type(content).__name__}")
+    if content.__class__ is ContentParts and images is not None and _within(content, images):
+        return content  # read already (a RunnableRails input read again by generate_async)
+    if isinstance(content, list):  # OpenAI content parts: text, and images when a rail judges them
+        return read_parts(content, f"{where}.content", images)
+    raise TypeError(f"{where}.content must be a str or a list of content parts, not {type(content).__name__}")
+
+
+def _within(content: ContentParts, limits: ImageLimits) -> bool:
+    found = content.images
+    return len(found) <= limits.max_images and all(image.size <= limits.max_bytes for image in found)
+
+
+def message_text(content: str | ContentParts) -> str:
+    """A message's text: the content, or the text parts of content with images (what the refusal's
+    language is detected from)."""
+    return content.text if isinstance(content, ContentParts) else content
 
 
 def last_index(messages: Sequence[Message], role: str) -> int | None:
@@ -109,4 +139,4 @@ def history(messages: Sequence[Message], end: int) -> tuple[Message, ...]:
     return tuple(m for m in messages[:end] if m["role"] in ("user", "assistant"))
 
 
-__all__ = ["ROLES", "Message", "history", "last_index", "read_messages"]
+__all__ = ["ROLES", "Message", "history", "last_index", "message_text", "read_messages"]

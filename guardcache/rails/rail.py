@@ -25,6 +25,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from guardcache import tracing
 from guardcache.checks.check import Check
 from guardcache.checks.verdict import RailResult
 from guardcache.errors import (
@@ -57,9 +58,13 @@ class Rail:
     def name(self) -> str:
         return self.ref.text or self.ref.name
 
-    async def run(self, variables: Mapping[str, Any], deadline: float | None = None) -> RailResult:
+    async def run(
+        self, variables: Mapping[str, Any], deadline: float | None = None, *, _traced: bool = False
+    ) -> RailResult:
         """Run the check on this turn's texts, by ``deadline`` if given (a ``time.monotonic()``
-        value); never raises (see the module docstring)."""
+        value); never raises (see the module docstring). In a span when tracing is on."""
+        if tracing.TRACER is not None and not _traced:
+            return await tracing.traced_rail(self.name, self.run(variables, deadline, _traced=True))
         started = time.monotonic()
         try:
             outcome = await self.check.run(variables, deadline)

@@ -1,8 +1,10 @@
 """The ASGI app of ``guardcache serve``: routes, the operations middleware, start-up and shutdown.
 
 - Start-up (lifespan, per worker): every config's rails are built when the app is made (a bad
-  config fails before the port opens), then ``warm_up_async()`` primes each guard backend; the
-  server is ready once that ran and each guard backend accepts connections.
+  config, or an ``api_key_env_var`` naming an unset variable, fails before the port opens), then
+  the first readiness round sends each guard and the main model a real request (which primes each
+  guard's prompt prefix too); the probes go on in the background (``server/readiness.py``) and
+  ``/health/ready`` reads their cached result.
 - Shutdown: uvicorn stops accepting, lets in-flight requests (streams included) finish within
   ``shutdown_timeout``, then the lifespan closes the rails (Redis tier flushed, HTTP pools closed).
 - :class:`OperationsMiddleware` (pure ASGI, a few small objects per request, no wrappers): a request id
@@ -34,12 +36,14 @@ from starlette.requests import ClientDisconnect
 from starlette.routing import Route
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from guardcache import tracing
 from guardcache.cache import CacheInterface
 from guardcache.errors import ConfigError
 from guardcache.rails.llmrails import LLMRails
 from guardcache.server.ids import new_id
 from guardcache.server.metrics import ServerMetrics
 from guardcache.server.protocol import RequestError, error_body
+from guardcache.server.readiness import Readiness
 from guardcache.server.responses import EventStream, JSONResponse, client_watch
 from guardcache.server.routes import Handlers, json_response, read_body, reject_reason, too_large
 from guardcache.server.settings import ServeSettings, load_configs
@@ -96,7 +100,13 @@ class ServerState:
         self.api_key = settings.api_key()
         self.created = int(time.time())
         self.warmed = False
-        self.warm_up_errors: dict[str, dict[str, str | None]] = {}
+        self.readiness = Readiness(
+            self.rails,
+            interval=settings.ready_interval,
+            retry=settings.ready_retry,
+            timeout=settings.ready_timeout,
+            main=settings.ready_main,
+        )
         self.draining = False
 
     def caches(self) -> dict[str, dict[str, CacheInterface]]:
@@ -130,33 +140,20 @@ class ServerState:
             code="config_not_found" if model is not None else "config_id_required",
         )
 
-    def guard_urls(self) -> dict[str, str]:
-        """Each guard backend of every config by ``config/model type``: what readiness probes."""
-        urls: dict[str, str] = {}
-        for config_id, r in self.rails.items():
-            for model in r.config.models:
-                if model.type != "main":
-                    client = r._runtime.clients.get(model.type)
-                    if client is not None:
-                        urls[f"{config_id}/{model.type}"] = client.base_url
-            detection = r.config.rails.config.jailbreak_detection.url
-            if detection is not None:
-                urls[f"{config_id}/jailbreak_detection"] = detection
-        return urls
-
     async def start(self) -> None:
+        """The first readiness round (awaited with ``warm_up``: it also primes each guard), then
+        the periodic probes in the background."""
         if self.settings.warm_up:
-            names = list(self.rails)
-            results = await asyncio.gather(*(self.rails[n].warm_up_async() for n in names))
-            self.warm_up_errors = dict(zip(names, results, strict=True))
-            for config_id, errors in self.warm_up_errors.items():
-                for flow, error in errors.items():
-                    if error is not None:
-                        log.warning("warm-up of %s / %r failed: %s", config_id, flow, error)
+            results = await self.readiness.probe_once()
+            failed = {name: why for name, why in results.items() if why != "ok"}
+            if failed:
+                log.warning("not ready: %s", "; ".join(f"{name}: {why}" for name, why in failed.items()))
+        self.readiness.start()
         self.warmed = True
 
     async def stop(self) -> None:
         self.draining = True
+        await self.readiness.stop()
         for r in self.rails.values():
             try:
                 await r.aclose()
@@ -262,7 +259,7 @@ class OperationsMiddleware:
                 return
             state.in_flight += 1
             try:
-                with client_watch(scope, receive):
+                with client_watch(scope, receive), tracing.continue_trace(scope["headers"]):
                     response = await self.chat(raw)
                     if isinstance(response, JSONResponse | EventStream):  # no wrapper on send
                         await response.write(send, receive, id_header)

@@ -83,7 +83,37 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         default=64,
         help="request bodies nested deeper (arrays and objects) get 400 (default 64)",
     )
-    p.add_argument("--no-warm-up", action="store_true", help="do not prime the guard backends at start-up")
+    p.add_argument(
+        "--ready-interval",
+        type=_positive(float),
+        default=30.0,
+        help="seconds between readiness probes (a real request to every guard and the main model) "
+        "while all answer; /health/ready reads the cached result (default 30)",
+    )
+    p.add_argument(
+        "--ready-retry",
+        type=_positive(float),
+        default=1.0,
+        help="seconds before the next probe after a failure, doubling up to --ready-interval (default 1)",
+    )
+    p.add_argument(
+        "--ready-timeout",
+        type=_positive(float),
+        default=10.0,
+        help="seconds one round of readiness probes may take (default 10)",
+    )
+    p.add_argument(
+        "--ready-main",
+        choices=("completion", "models", "off"),
+        default="completion",
+        help="how readiness probes the main model: a 1-token completion (default; every server "
+        "supports it, one output token per probe), GET {base_url}/models listing it, or off",
+    )
+    p.add_argument(
+        "--no-warm-up",
+        action="store_true",
+        help="do not wait for the first readiness round (which primes the guards) before opening the port",
+    )
     p.add_argument("--access-log", action="store_true", help="log every request (uvicorn's access log)")
     p.add_argument(
         "--http",
@@ -114,6 +144,7 @@ def _positive(kind: type[int] | type[float]) -> Callable[[str], float]:
 def run(args: argparse.Namespace) -> int:
     import uvicorn
 
+    from guardcache.config.models import check_model_keys
     from guardcache.server.app import configure_logging, create_app
     from guardcache.server.connections import HeadLimits
     from guardcache.server.settings import SETTINGS_ENV, ServeSettings, load_configs
@@ -136,6 +167,10 @@ def run(args: argparse.Namespace) -> int:
         body_timeout=args.body_timeout,
         keep_alive_timeout=args.keep_alive_timeout,
         max_json_depth=args.max_json_depth,
+        ready_interval=args.ready_interval,
+        ready_retry=args.ready_retry,
+        ready_timeout=args.ready_timeout,
+        ready_main=args.ready_main,
     )
     configure_logging(level)
     common: dict[str, object] = {
@@ -158,7 +193,8 @@ def run(args: argparse.Namespace) -> int:
             uvicorn.run(app, **common)  # type: ignore[arg-type]
             return 0
         settings.api_key()  # fail here, not in every worker
-        load_configs(settings.config)
+        for config in load_configs(settings.config).values():
+            check_model_keys(config.models, config.source)
     except ConfigError as exc:
         print(f"guardcache serve: {exc}", file=sys.stderr)
         return 2

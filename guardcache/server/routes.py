@@ -7,7 +7,8 @@
   ``output`` when the block is known before the first byte (always for input rails; for output
   rails unless a streamed answer is blocked after text was sent).
 - ``GET /v1/models``; ``GET /v1/rails/configs`` (NeMo's server); ``GET /health/live``,
-  ``GET /health/ready``; ``GET /metrics`` (Prometheus).
+  ``GET /health/ready`` (the cached result of ``server/readiness.py``'s probes); ``GET /metrics``
+  (Prometheus).
 """
 
 from __future__ import annotations
@@ -17,7 +18,6 @@ import logging
 import time
 from collections.abc import AsyncIterator, Mapping
 from typing import TYPE_CHECKING, Any
-from urllib.parse import urlsplit
 
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from starlette.requests import ClientDisconnect, Request
@@ -38,12 +38,10 @@ from guardcache.server.responses import EventStream, JSONResponse, LastEvent
 from guardcache.server.streaming import DONE, ChunkWriter, error_event
 
 if TYPE_CHECKING:
+    from guardcache.prompts.parts import ImageLimits
     from guardcache.server.app import ServerState
 
 log = logging.getLogger("guardcache.server")
-
-PROBE_TTL = 1.0
-PROBE_TIMEOUT = 0.5
 
 
 def json_response(body: Any, status: int = 200, headers: Mapping[str, str] | None = None) -> JSONResponse:
@@ -58,7 +56,11 @@ def error_response(exc: RequestError) -> JSONResponse:
 class Handlers:
     def __init__(self, state: ServerState) -> None:
         self.state = state
-        self._probes: dict[str, tuple[float, str | None]] = {}
+
+    def _images(self, config_id: str | None, model: str | None) -> ImageLimits | None:
+        """The image limits of the config a request goes to (asked by ``parse_chat`` only when a
+        message has an image part): None unless that config's vision rails judge images."""
+        return self.state.rails[self.state.select(config_id, model)].image_limits
 
     # -- chat ------------------------------------------------------------------------------------
 
@@ -80,7 +82,7 @@ class Handlers:
         started = time.monotonic()
         state = self.state
         try:
-            chat = parse_chat(parse_json(raw, state.settings.max_json_depth))
+            chat = parse_chat(parse_json(raw, state.settings.max_json_depth), self._images)
             config_id = state.select(chat.config_id, chat.model)
         except RequestError as exc:
             state.metrics.reject(reject_reason(exc))
@@ -222,43 +224,25 @@ class Handlers:
         return json_response({"status": "live"})
 
     async def ready(self, request: Request) -> JSONResponse:
+        """The cached result of the background probes (``server/readiness.py``): never a backend
+        call on this request's path. 503 naming each failing model and why, until all answer."""
         state = self.state
-        if not state.warmed:
-            return json_response({"status": "starting", "detail": "warming up the guard backends"}, 503)
         if state.draining:
             return json_response({"status": "draining"}, 503)
-        urls = state.guard_urls()
-        results = await asyncio.gather(*(self._probe(url) for url in urls.values()))
-        backends = {name: err or "ok" for name, err in zip(urls, results, strict=True)}
-        ok = all(err is None for err in results)
+        readiness = state.readiness
+        if not state.warmed or readiness.checked_at is None:
+            return json_response({"status": "starting", "detail": "probing the models"}, 503)
+        ok = readiness.ok
         body = {
             "status": "ready" if ok else "unavailable",
             "configs": list(state.rails),
-            "backends": backends,
+            "backends": dict(readiness.results),
+            "checked_seconds_ago": round(time.monotonic() - readiness.checked_at, 3),
         }
         return json_response(body, 200 if ok else 503)
 
     async def metrics(self, request: Request) -> Response:
         return Response(generate_latest(self.state.metrics.registry), media_type=CONTENT_TYPE_LATEST)
-
-    async def _probe(self, url: str) -> str | None:
-        """Whether a backend accepts a TCP connection (cached for a second: probes are cheap but a
-        load balancer may ask often)."""
-        now = time.monotonic()
-        cached = self._probes.get(url)
-        if cached is not None and now - cached[0] < PROBE_TTL:
-            return cached[1]
-        parts = urlsplit(url)
-        port = parts.port or (443 if parts.scheme == "https" else 80)
-        error: str | None = None
-        try:
-            async with asyncio.timeout(PROBE_TIMEOUT):
-                _, writer = await asyncio.open_connection(parts.hostname, port)
-            writer.close()
-        except (OSError, TimeoutError) as exc:
-            error = f"unreachable ({type(exc).__name__})"
-        self._probes[url] = (now, error)
-        return error
 
 
 async def read_body(receive: Receive, limit: int) -> bytes:

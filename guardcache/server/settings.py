@@ -31,7 +31,9 @@ class ServeSettings:
         max_concurrency: chat requests served at once; more are refused with 503 and Retry-After.
         retry_after: seconds, the Retry-After of a 503.
         shutdown_timeout: seconds in-flight requests get to finish after SIGTERM.
-        warm_up: prime every guard backend at start-up (``warm_up_async``), per worker.
+        warm_up: run the first readiness round (a real request to every model, which also primes
+            each guard's prompt prefix) before the port opens, per worker; otherwise it runs in
+            the background and ``/health/ready`` says ``starting`` until it finished.
         max_header_bytes: the largest request head (request line and headers); a larger one gets
             431 and the connection is closed, before the parser buffers more than this.
         header_timeout: seconds a request head may take to arrive (from the connection's start, or
@@ -42,6 +44,14 @@ class ServeSettings:
         keep_alive_timeout: seconds an idle kept-alive connection stays open (uvicorn's
             ``timeout_keep_alive``).
         max_json_depth: the deepest nesting of arrays and objects a request body may have (400).
+        ready_interval: seconds between readiness probes while every model answers (see
+            ``server/readiness.py``); the cached result is what ``/health/ready`` reads.
+        ready_retry: seconds before the next probe after a failure, doubling up to
+            ``ready_interval``.
+        ready_timeout: seconds one probe round may take (each probe's deadline).
+        ready_main: how the main model is probed: ``completion`` (a 1-token completion, the
+            default: every server supports it), ``models`` (``GET {base_url}/models`` must list
+            it), or ``off``.
 
     The limits on slow and huge clients have defaults a user never needs to touch: they are far
     beyond what any OpenAI client sends and short enough that a client holding connections open
@@ -65,6 +75,10 @@ class ServeSettings:
     body_timeout: float = 10.0
     keep_alive_timeout: float = 5.0
     max_json_depth: int = MAX_JSON_DEPTH
+    ready_interval: float = 30.0
+    ready_retry: float = 1.0
+    ready_timeout: float = 10.0
+    ready_main: str = "completion"
 
     def to_json(self) -> str:
         return json.dumps(dataclasses.asdict(self))

@@ -493,7 +493,7 @@ def test_models_configs_and_health(served: ServeProcess) -> None:
     assert httpx.get(f"{served.url}/health/live").json() == {"status": "live"}
     ready = httpx.get(f"{served.url}/health/ready")
     assert ready.status_code == 200
-    assert ready.json()["backends"] == {"shop/content_safety": "ok"}
+    assert ready.json()["backends"] == {"shop/main": "ok", "shop/content_safety": "ok"}
 
 
 def test_not_ready_while_a_guard_backend_is_unreachable(serve: Any, tmp_path: Path, nims: Any) -> None:
@@ -543,7 +543,8 @@ def test_request_ids_are_echoed_and_written_into_the_log(serve: Any, tmp_path: P
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         dead = f"http://127.0.0.1:{sock.getsockname()[1]}/v1"
-    server = serve(write_config(tmp_path / "c", dead, guard.base_url))
+    # The main model is down on purpose: readiness must not probe it, or the server is never ready.
+    server = serve(write_config(tmp_path / "c", dead, guard.base_url), "--ready-main", "off")
     response = httpx.post(
         f"{server.url}/v1/chat/completions",
         json={"messages": [{"role": "user", "content": "hi"}]},
@@ -643,6 +644,13 @@ def test_workers_share_verdicts_through_the_redis_tier(serve: Any, tmp_path: Pat
         cache = f"{{enabled: true, store: redis, redis: {{url: '{redis_url}'}}}}"
         config = write_config(tmp_path / "c", main.base_url, guard.base_url, cache=cache)
         server = serve(config, "--workers", "2", "--no-warm-up", env={"GUARDCACHE_REDIS_SECRET": secret})
+        # Each worker's first readiness round asks the guard once per rail (never through the
+        # caches; the next round is --ready-interval, 30 s, away): count the turns' calls only.
+        deadline = time.monotonic() + 10
+        while guard.stats().requests_by_endpoint.get("chat.completions", 0) < 4:
+            assert time.monotonic() < deadline, guard.stats()
+            time.sleep(0.02)
+        guard.reset()
         client = server.client()
         messages = [{"role": "user", "content": "What is the tallest mountain in Europe?"}]
         for _ in range(12):  # new connections each time: spread over both workers

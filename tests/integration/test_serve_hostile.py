@@ -344,7 +344,7 @@ async def test_a_client_that_leaves_mid_turn_cancels_the_turn_and_its_main_call(
     # call is running.
     with emulator(model=MAIN_MODEL, time_scale=6.0) as main, emulator() as guard:
         config = write_config(tmp_path / "c", main.base_url, guard.base_url, main_params="max_tokens: 200")
-        server = serve(config)
+        server = serve(config, "--ready-main", "off")  # the main model's calls are counted: turns only
         body = json.dumps({"messages": [{"role": "user", "content": LONG}], "stream": stream}).encode()
         with connect(server) as sock:
             sock.sendall(chat_head(len(body)) + body)
@@ -373,7 +373,8 @@ async def test_under_another_http_protocol_a_task_watches_for_the_client(
 
     with emulator(model=MAIN_MODEL, time_scale=6.0) as main, emulator() as guard:
         config = write_config(tmp_path / "c", main.base_url, guard.base_url, main_params="max_tokens: 200")
-        app = create_app(ServeSettings(config=str(config), warm_up=False))
+        # The main model's calls are counted: no readiness probe among them.
+        app = create_app(ServeSettings(config=str(config), warm_up=False, ready_main="off"))
         server = uvicorn.Server(
             uvicorn.Config(app, host="127.0.0.1", port=0, http="httptools", log_config=None, lifespan="on")
         )

@@ -163,7 +163,8 @@ async def test_nothing_is_streamed_before_the_input_verdict_with_during_main(
             input_extra=", during_main: true",
             cache="{enabled: false}",
         )
-        server = serve(config, "--no-warm-up")
+        # The main model's calls are counted: no readiness probe among them.
+        server = serve(config, "--no-warm-up", "--ready-main", "off")
         started = time.monotonic()
         with httpx.stream(
             "POST",

@@ -29,7 +29,7 @@ ROOT = Path(__file__).resolve().parents[2]
 PACKAGE = "guardcache"
 
 LAYERS: tuple[tuple[str, ...], ...] = (
-    ("errors", "flows", "language", "cache"),  # leaves: each imports nothing else of guardcache
+    ("errors", "flows", "language", "cache", "tracing"),  # leaves: each imports nothing else of guardcache
     ("llm",),  # the OpenAI-compatible client and per-request call records
     ("prompts",),  # rendering templates; the shipped NemoGuard prompts as data
     ("checks.catalog",),  # the checks' data: flow specs (registered in ``flows``), answer parsers

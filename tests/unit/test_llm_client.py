@@ -252,6 +252,17 @@ async def test_a_redirect_or_an_auth_or_not_found_status_is_a_misconfiguration_n
     assert len(script.requests) == 1  # neither retried nor followed
 
 
+async def test_a_401_says_why_no_key_was_sent_when_one_is_set_but_kept_back() -> None:
+    note = "NVIDIA_API_KEY is set but not sent over http://"
+    script = Script(httpx2.Response(401))
+    async with script.client(key_note=note) as client:
+        with pytest.raises(BackendRefusedConfigError) as info:
+            await client.complete(MESSAGES)
+    assert f"no API key was sent: {note}" in str(info.value)
+    assert "is not set for this model" not in str(info.value)
+    assert "Authorization" not in script.requests[0].headers
+
+
 # --- retries on status ---------------------------------------------------------------------------
 
 

@@ -1,4 +1,5 @@
-"""Reading NemoGuard Content Safety answers (and Nemotron's reasoning variant) into verdicts.
+"""Reading NemoGuard Content Safety answers (and Nemotron's reasoning and plain-line variants) into
+verdicts.
 
 The model answers ``{"User Safety": "unsafe", "Safety Categories": "Violence, Threat"}`` for an input
 check and adds ``"Response Safety"`` for an output check. The rules, and why:
@@ -100,15 +101,80 @@ def parse_reasoning_response_safety(text: str) -> Verdict:
     return _harm(text, "Response Harm")
 
 
+_LINE = re.compile(r"^([A-Za-z][A-Za-z ]*?)\s*:\s*(.*?)\s*$")
+_CATEGORIES = "Safety Categories"
+_LINE_FIELDS = {name.lower(): name for name in (_INPUT, _OUTPUT, _CATEGORIES)}
+
+
+def _lines(text: str, field: str, forbidden: str | None) -> Verdict:
+    """Nemotron Content Safety (Nemotron Safety Guard 3.5, the vision model of NeMo's
+    ``content_safety_vision`` example): plain lines, not JSON::
+
+        User Safety: unsafe
+        Response Safety: safe
+        Safety Categories: Violence, Criminal Planning/Confessions
+
+    ``Response Safety`` only when the request held an assistant turn, ``Safety Categories`` only
+    with an unsafe rating, an optional complete ``<think>...</think>`` trace before them. Read
+    strictly, where NeMo's parser searches the text for the first verdict line: every other line is
+    one of these three fields (any case), each field once, a rating ``safe`` or ``unsafe`` exactly.
+    Anything else (prose, a field twice, a cut trace, ``safe`` with categories) is no verdict. As
+    for the JSON answers, an input check rated for a ``Response Safety`` saw an agent turn the user
+    typed: unsafe."""
+    cleaned = _THINK.sub("", text)
+    if "<think>" in cleaned or "</think>" in cleaned:
+        raise ParseError("the reasoning trace was cut off before the verdict")
+    values: dict[str, str] = {}
+    for line in cleaned.splitlines():
+        if not line.strip():
+            continue
+        match = _LINE.match(line.strip())
+        name = _LINE_FIELDS.get(match.group(1).lower()) if match is not None else None
+        if match is None or name is None:
+            raise ParseError("the answer has a line that is not a safety field")
+        if name in values:
+            raise ParseError(f"the answer states {name!r} twice")
+        values[name] = match.group(2)
+    if forbidden is not None and forbidden in values:
+        return Verdict(False, (), label=f"unsafe (answer rates a {forbidden!r} the check did not ask for)")
+    label = values.get(field)
+    if label is None:
+        raise ParseError(f"the answer has no {field!r} rating")
+    rating = label.lower()
+    if rating not in ("safe", "unsafe"):
+        raise ParseError(f"the {field!r} rating is neither safe nor unsafe")
+    categories = _categories(values.get(_CATEGORIES), cut=False)
+    if rating == "safe":
+        if categories and all(values.get(f, "").lower() != "unsafe" for f in (_INPUT, _OUTPUT)):
+            raise ParseError("the answer rates everything safe and lists violated categories")
+        return Verdict(True, (), label=label)
+    return Verdict(False, categories, label=label)
+
+
+def parse_lines_prompt_safety(text: str) -> Verdict:
+    """Input check of a Nemotron Content Safety model: the ``User Safety`` line."""
+    return _lines(text, _INPUT, forbidden=_OUTPUT)
+
+
+def parse_lines_response_safety(text: str) -> Verdict:
+    """Output check: the ``Response Safety`` line (never ``User Safety``: the model rates the turns
+    apart, so an unsafe user turn must not block a safe answer, as NeMo)."""
+    return _lines(text, _OUTPUT, forbidden=None)
+
+
 PARSERS: dict[str, Callable[[str], Verdict]] = {
     "nemoguard_parse_prompt_safety": parse_prompt_safety,
     "nemoguard_parse_response_safety": parse_response_safety,
     "nemotron_reasoning_parse_prompt_safety": parse_reasoning_prompt_safety,
     "nemotron_reasoning_parse_response_safety": parse_reasoning_response_safety,
+    "nemotron_content_safety_parse_prompt_safety": parse_lines_prompt_safety,
+    "nemotron_content_safety_parse_response_safety": parse_lines_response_safety,
 }
 
 __all__ = [
     "PARSERS",
+    "parse_lines_prompt_safety",
+    "parse_lines_response_safety",
     "parse_prompt_safety",
     "parse_reasoning_prompt_safety",
     "parse_reasoning_response_safety",
