@@ -332,8 +332,10 @@ async def traced_stream(
 def backend_traced() -> bool:
     """Whether a backend call starting now gets a span (a full look at the provider: a call is
     rare beside a cached check, and may happen outside any turn, e.g. a warm-up)."""
-    if TRACER is None and _TRACE_MODULE not in sys.modules:
-        return False
+    if TRACER is None:
+        trace = sys.modules.get(_TRACE_MODULE)
+        if trace is None or (_resolved and getattr(trace, "_TRACER_PROVIDER", _UNKNOWN) is _provider):
+            return False  # not imported, or the provider tracing was found off for is still the one
     return refresh() is not None
 
 

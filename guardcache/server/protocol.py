@@ -266,12 +266,11 @@ def _image_limits(
     body: Mapping[str, Any], raw_messages: list[Any], images: ImagePolicy
 ) -> ImageLimits | None:
     """The limits ``images`` gives the request's config, asked only when a message has an image part."""
-    if not any(
-        isinstance(m, dict)
-        and isinstance(m.get("content"), list)
-        and any(isinstance(p, dict) and p.get("type") == "image_url" for p in m["content"])
-        for m in raw_messages
-    ):
+    for m in raw_messages:  # a loop, not a generator: every request with an image policy pays it
+        content = m.get("content") if type(m) is dict else None
+        if type(content) is list and any(type(p) is dict and p.get("type") == "image_url" for p in content):
+            break
+    else:
         return None
     model = body.get("model")
     if model is not None and not isinstance(model, str):
