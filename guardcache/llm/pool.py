@@ -1,6 +1,6 @@
 """One pooled ``httpx2.AsyncClient`` per (event loop, base URL): the transport of ChatClients given
 ``transport=`` or ``http_client=`` (``httpx2.MockTransport`` in tests, custom network stacks) or a
-``ClientPool``, and of every call with ``GUARDCACHE_HTTP_CLIENT=httpx2``; and which transport
+``ClientPool``; and which transport
 ChatClients use by default (:func:`default_pool`: guardcache's own HTTP/1.1 client,
 :mod:`guardcache.llm.h1_pool`). All implement :class:`~guardcache.llm.wire.WireLane`; the reasons
 below (pooling per loop, the admission gate, the idle bound) hold for all, and each module says where

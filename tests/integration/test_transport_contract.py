@@ -67,7 +67,7 @@ from tests.transport_support import (
 
 @pytest.fixture(autouse=True)
 def no_proxy_env(monkeypatch: pytest.MonkeyPatch) -> None:
-    """The runner's proxy settings must not send 127.0.0.1 through a proxy (an aiohttp lane)."""
+    """The runner's proxy settings must not send 127.0.0.1 through a proxy."""
     for name in (*PROXY_VARS, *NO_PROXY_VARS):
         monkeypatch.delenv(name, raising=False)
 
