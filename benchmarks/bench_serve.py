@@ -21,9 +21,10 @@ default before h1), h1 with h11 + asyncio, and httpx2 with h11 + asyncio (the fi
    Beside them, the floor (benchmarks/serve_floor.py): uvicorn answering canned JSON, and uvicorn
    forwarding each request upstream on the h1 client, with nothing else.
 3. **Where the time goes**: client CPU per upstream call (raw httpx2, httpx 0.28 and aiohttp, then
-   guardcache's ChatClient and SSE stream on its own HTTP/1.1 client, h1), measured alone in this process (see also
-   bench_http_clients.py); with ``--profile`` the server runs under cProfile during a throughput
-   pass (that pass only) and the top functions and a per-package split of its CPU are printed.
+   guardcache's ChatClient and SSE stream on its own HTTP/1.1 client, h1), measured alone in this
+   process (see also bench_http_clients.py); with ``--profile`` the server runs under cProfile
+   during a throughput pass (that pass only) and the top functions and a per-package split of its
+   CPU are printed.
 4. **NeMo Guardrails' server** on the same workload when ``nemoguardrails`` is installed (said so
    when it is not).
 

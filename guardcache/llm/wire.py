@@ -2,11 +2,12 @@
 
 Two transports implement it: guardcache's own HTTP/1.1 client (:mod:`guardcache.llm.h1_pool`, the
 default, proxies included) and httpx2 (:mod:`guardcache.llm.pool`: what ``transport=`` /
-``http_client=`` arguments such as ``httpx2.MockTransport`` use: a caller's own stack). aiohttp, once the transport of proxied URLs, earned no place
-once h1 spoke to proxies: it read a stray response on an idle connection as the next answer, and
-cost ~2.5x h1's CPU per call. Why the default is the one it is: at 100% cache hits the outgoing
-call to the main model is most of a guarded turn's CPU, and ``benchmarks/bench_http_clients.py``
-prints the candidates' client CPU per call side by side.
+``http_client=`` arguments such as ``httpx2.MockTransport`` use: a caller's own stack). aiohttp,
+once the transport of proxied URLs, earned no place once h1 spoke to proxies: it read a stray
+response on an idle connection as the next answer, and cost ~2.5x h1's CPU per call. Why the
+default is the one it is: at 100% cache hits the outgoing call to the main model is most of a
+guarded turn's CPU, and ``benchmarks/bench_http_clients.py`` prints the candidates' client CPU per
+call side by side.
 
 Each transport turns its own exceptions into one :class:`WireError` with a :class:`WireKind`, so
 the client classifies a failure (retry or not, which typed ``BackendError``, what the message says)
