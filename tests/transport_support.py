@@ -214,6 +214,10 @@ class ScriptServer:
 # -- answers ------------------------------------------------------------------------------------
 
 
+ServerFactory = Callable[[Step | Sequence[Step]], Awaitable[ScriptServer]]
+"""``await factory(script)``: a started :class:`ScriptServer` (the ``scripted`` fixture)."""
+
+
 def completion(content: str) -> bytes:
     body = {
         "id": "chatcmpl-1",

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from collections.abc import AsyncIterator, Sequence
 from typing import Any
 
 import pytest
@@ -26,16 +26,14 @@ from guardcache import LLMRails
 from guardcache.rails import rail as rail_module
 from tests.integration.rails_support import guard_config, user
 from tests.transport_support import (
-    NO_PROXY_VARS,
-    PROXY_VARS,
     SSE_HEADERS,
     ScriptServer,
-    Step,
+    ServerFactory,
     answer,
     response,
 )
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.usefixtures("no_proxy_env")]
 
 MARKER = "zq-refusal-4b1d9e"
 """In every refusal and error body: it must never reach a log record or an error."""
@@ -76,13 +74,6 @@ MISCONFIGURED = (*REDIRECTS, 401, 403, 404)
 
 
 @pytest.fixture(autouse=True)
-def no_proxy_env(monkeypatch: pytest.MonkeyPatch) -> None:
-    """The runner's proxy settings must not send 127.0.0.1 through a proxy."""
-    for name in (*PROXY_VARS, *NO_PROXY_VARS):
-        monkeypatch.delenv(name, raising=False)
-
-
-@pytest.fixture(autouse=True)
 def fresh_misconfigured_log(monkeypatch: pytest.MonkeyPatch) -> None:
     """The rail module's ERROR limiter is process-wide: another test's misconfigured backend within
     the last 10 s must not swallow this test's first line."""
@@ -91,23 +82,6 @@ def fresh_misconfigured_log(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(limiter, "_next_at", float("-inf"))
     monkeypatch.setattr(limiter, "_last_at", float("-inf"))
     monkeypatch.setattr(limiter, "_suppressed", 0)
-
-
-ServerFactory = Callable[[Step | Sequence[Step]], Awaitable[ScriptServer]]
-
-
-@pytest.fixture
-async def serve() -> AsyncIterator[ServerFactory]:
-    started: list[ScriptServer] = []
-
-    async def start(script: Step | Sequence[Step]) -> ScriptServer:
-        server = await ScriptServer(script).start()
-        started.append(server)
-        return server
-
-    yield start
-    for server in started:
-        await server.aclose()
 
 
 @pytest.fixture
@@ -155,13 +129,13 @@ async def assert_good_answer_is_allowed_and_cached(rails: LLMRails, server: Scri
 @pytest.mark.parametrize("on_error", ["allow", "block"])
 @pytest.mark.parametrize("case", list(DECLINED))
 async def test_a_declined_answer_blocks_whatever_on_error_and_is_never_cached(
-    serve: ServerFactory,
+    scripted: ServerFactory,
     rails_list: list[LLMRails],
     caplog: pytest.LogCaptureFixture,
     case: str,
     on_error: str,
 ) -> None:
-    server = await serve([DECLINED[case], answer(SAFE)])
+    server = await scripted([DECLINED[case], answer(SAFE)])
     rails = LLMRails(guard_config(server.base_url, on_error=on_error, timeout=5.0))
     rails_list.append(rails)
     cache = rails.model_caches["content_safety"]
@@ -188,14 +162,14 @@ async def test_a_declined_answer_blocks_whatever_on_error_and_is_never_cached(
 @pytest.mark.parametrize("on_error", ["allow", "block"])
 @pytest.mark.parametrize("status", MISCONFIGURED)
 async def test_a_misconfigured_backend_blocks_whatever_on_error_logs_an_error_and_is_not_retried(
-    serve: ServerFactory,
+    scripted: ServerFactory,
     rails_list: list[LLMRails],
     caplog: pytest.LogCaptureFixture,
     status: int,
     on_error: str,
 ) -> None:
-    elsewhere = await serve(answer(SAFE))  # where a redirect points: must never be asked
-    server = await serve([status_answer(status, elsewhere.base_url + "/chat/completions"), answer(SAFE)])
+    elsewhere = await scripted(answer(SAFE))  # where a redirect points: must never be asked
+    server = await scripted([status_answer(status, elsewhere.base_url + "/chat/completions"), answer(SAFE)])
     rails = LLMRails(guard_config(server.base_url, on_error=on_error, timeout=5.0))
     rails_list.append(rails)
     cache = rails.model_caches["content_safety"]
@@ -216,14 +190,14 @@ async def test_a_misconfigured_backend_blocks_whatever_on_error_logs_an_error_an
 
 
 async def test_a_misconfigured_backend_is_logged_once_per_10_s_and_each_check_asks_once(
-    serve: ServerFactory,
+    scripted: ServerFactory,
     rails_list: list[LLMRails],
     caplog: pytest.LogCaptureFixture,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     now = [1000.0]
     monkeypatch.setattr(rail_module._MISCONFIGURED_LOG, "_clock", lambda: now[0])
-    server = await serve(status_answer(401, ""))
+    server = await scripted(status_answer(401, ""))
     rails = LLMRails(guard_config(server.base_url, on_error="allow", timeout=5.0))
     rails_list.append(rails)
     cache = rails.model_caches["content_safety"]
@@ -249,7 +223,7 @@ async def test_a_misconfigured_backend_is_logged_once_per_10_s_and_each_check_as
 
 @pytest.mark.parametrize("on_error", ["allow", "block"])
 async def test_an_outage_still_follows_on_error(
-    serve: ServerFactory,
+    scripted: ServerFactory,
     rails_list: list[LLMRails],
     caplog: pytest.LogCaptureFixture,
     on_error: str,
@@ -260,7 +234,7 @@ async def test_an_outage_still_follows_on_error(
         reason="Service Unavailable",
         headers=[("Content-Type", "application/json"), ("Retry-After", "0")],
     )
-    server = await serve([unavailable] * 3 + [answer(SAFE)])
+    server = await scripted([unavailable] * 3 + [answer(SAFE)])
     rails = LLMRails(guard_config(server.base_url, on_error=on_error, timeout=5.0))
     rails_list.append(rails)
     cache = rails.model_caches["content_safety"]
@@ -288,7 +262,7 @@ def sse_events(events: Sequence[dict[str, Any]]) -> bytes:
 
 
 async def test_a_streamed_main_models_content_filter_is_its_answer_not_a_guard_decline(
-    serve: ServerFactory, rails_list: list[LLMRails]
+    scripted: ServerFactory, rails_list: list[LLMRails]
 ) -> None:
     pieces = ["I can help", " with part", " of that"]
     chunk = {"id": "chatcmpl-1", "object": "chat.completion.chunk", "model": "main"}
@@ -300,12 +274,12 @@ async def test_a_streamed_main_models_content_filter_is_its_answer_not_a_guard_d
         {**chunk, "choices": [{"index": 0, "delta": {}, "finish_reason": "content_filter"}]},
         {**chunk, "choices": [], "usage": {"prompt_tokens": 5, "completion_tokens": 3, "total_tokens": 8}},
     ]
-    main = await serve(
+    main = await scripted(
         response(sse_events(events), headers=SSE_HEADERS, framing="chunked", chunk=64),
     )
     # The input check, then the output check (an input check answered with a "Response Safety"
     # rating blocks: see guardcache.checks.content_safety.parsers).
-    guard = await serve(
+    guard = await scripted(
         [answer(SAFE), answer(json.dumps({"User Safety": "safe", "Response Safety": "safe"}))]
     )
     rails = LLMRails(guard_config(guard.base_url, main_url=main.base_url, on_error="block", timeout=5.0))

@@ -17,7 +17,7 @@ import socket
 import struct
 import time
 import zlib
-from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable, Sequence
+from collections.abc import AsyncGenerator, AsyncIterator
 from typing import Any
 
 import httpx2
@@ -39,14 +39,12 @@ from guardcache.rails.main_llm import ClientLLM
 from tests.transport_support import (
     EOF_WAIT,
     MODEL,
-    NO_PROXY_VARS,
     PIECES,
-    PROXY_VARS,
     SSE_HEADERS,
-    TRANSPORTS,
     Conn,
     Request,
     ScriptServer,
+    ServerFactory,
     Step,
     answer,
     completion,
@@ -55,45 +53,15 @@ from tests.transport_support import (
     first_event_then_wait,
     hang,
     hang_up,
-    new_pool,
     response,
     slow,
     sse_body,
     then_close,
 )
 
+pytestmark = pytest.mark.usefixtures("no_proxy_env")
+
 # -- fixtures and helpers -----------------------------------------------------------------------
-
-
-@pytest.fixture(autouse=True)
-def no_proxy_env(monkeypatch: pytest.MonkeyPatch) -> None:
-    """The runner's proxy settings must not send 127.0.0.1 through a proxy."""
-    for name in (*PROXY_VARS, *NO_PROXY_VARS):
-        monkeypatch.delenv(name, raising=False)
-
-
-ServerFactory = Callable[[Step | Sequence[Step]], Awaitable[ScriptServer]]
-
-
-@pytest.fixture
-async def serve() -> AsyncIterator[ServerFactory]:
-    started: list[ScriptServer] = []
-
-    async def start(script: Step | Sequence[Step]) -> ScriptServer:
-        server = await ScriptServer(script).start()
-        started.append(server)
-        return server
-
-    yield start
-    for server in started:
-        await server.aclose()
-
-
-@pytest.fixture(params=TRANSPORTS)
-async def pool(request: pytest.FixtureRequest) -> AsyncIterator[WirePool]:
-    wire = new_pool(request.param)
-    yield wire
-    await wire.aclose_all()
 
 
 @pytest.fixture
@@ -136,8 +104,8 @@ def free_port() -> int:
 # -- 1. keep-alive and the request on the wire --------------------------------------------------
 
 
-async def test_twenty_sequential_calls_share_one_connection(serve: ServerFactory, pool: WirePool) -> None:
-    server = await serve(echo)
+async def test_twenty_sequential_calls_share_one_connection(scripted: ServerFactory, pool: WirePool) -> None:
+    server = await scripted(echo)
     client = make_client(server, pool)
     answers = [(await client.complete(ask(f"q{i}"))).content for i in range(20)]
     assert answers == [f"echo:q{i}" for i in range(20)]
@@ -147,8 +115,8 @@ async def test_twenty_sequential_calls_share_one_connection(serve: ServerFactory
     assert len(lane_of(pool, server).idle) == 1
 
 
-async def test_request_is_one_well_formed_post(serve: ServerFactory, pool: WirePool) -> None:
-    server = await serve(answer("ok"))
+async def test_request_is_one_well_formed_post(scripted: ServerFactory, pool: WirePool) -> None:
+    server = await scripted(answer("ok"))
     client = make_client(server, pool, api_key="sk-test-123", default_headers={"X-Route": "blue"})
     text = "héllo wörld € 😀"
     result = await client.complete(ask(text), temperature=0.0)
@@ -167,8 +135,8 @@ async def test_request_is_one_well_formed_post(serve: ServerFactory, pool: WireP
     assert request.json() == {"model": MODEL, "messages": ask(text), "temperature": 0.0}
 
 
-async def test_no_authorization_header_without_api_key(serve: ServerFactory, pool: WirePool) -> None:
-    server = await serve(answer("ok"))
+async def test_no_authorization_header_without_api_key(scripted: ServerFactory, pool: WirePool) -> None:
+    server = await scripted(answer("ok"))
     await make_client(server, pool).complete(ask("hi"))
     assert server.requests[0].header("Authorization") is None
 
@@ -177,10 +145,10 @@ async def test_no_authorization_header_without_api_key(serve: ServerFactory, poo
 
 
 async def test_chunked_json_response_is_read_and_connection_reused(
-    serve: ServerFactory, pool: WirePool
+    scripted: ServerFactory, pool: WirePool
 ) -> None:
     long_text = "chunked " * 500
-    server = await serve(
+    server = await scripted(
         [
             response(completion(long_text), framing="chunked", chunk=5),
             # A chunked body ending in a trailer field.
@@ -193,9 +161,9 @@ async def test_chunked_json_response_is_read_and_connection_reused(
     assert server.connections == 1
 
 
-async def test_gzip_encoded_response_is_decoded(serve: ServerFactory, pool: WirePool) -> None:
+async def test_gzip_encoded_response_is_decoded(scripted: ServerFactory, pool: WirePool) -> None:
     headers = (("Content-Type", "application/json"), ("Content-Encoding", "gzip"))
-    server = await serve(
+    server = await scripted(
         [
             response(gzip.compress(completion("zipped")), headers=headers),
             response(gzip.compress(completion("zipped and chunked")), headers=headers, framing="chunked"),
@@ -207,15 +175,17 @@ async def test_gzip_encoded_response_is_decoded(serve: ServerFactory, pool: Wire
     assert server.connections == 1
 
 
-async def test_deflate_encoded_response_is_decoded(serve: ServerFactory, pool: WirePool) -> None:
+async def test_deflate_encoded_response_is_decoded(scripted: ServerFactory, pool: WirePool) -> None:
     headers = (("Content-Type", "application/json"), ("Content-Encoding", "deflate"))
-    server = await serve(response(zlib.compress(completion("deflated")), headers=headers))
+    server = await scripted(response(zlib.compress(completion("deflated")), headers=headers))
     assert (await make_client(server, pool).complete(ask("a"))).content == "deflated"
 
 
-async def test_brotli_response_is_a_protocol_error_not_retried(serve: ServerFactory, pool: WirePool) -> None:
+async def test_brotli_response_is_a_protocol_error_not_retried(
+    scripted: ServerFactory, pool: WirePool
+) -> None:
     headers = (("Content-Type", "application/json"), ("Content-Encoding", "br"))
-    server = await serve(response(b"\x1b\x03\x00\xf8\xa5\x02", headers=headers))
+    server = await scripted(response(b"\x1b\x03\x00\xf8\xa5\x02", headers=headers))
     client = make_client(server, pool, retries=2)
     with pytest.raises(BackendProtocolError, match="could not be decoded"):
         await client.complete(ask("a"))
@@ -227,9 +197,9 @@ async def test_brotli_response_is_a_protocol_error_not_retried(serve: ServerFact
 
 @pytest.mark.parametrize("pause", [0.0, 0.1])
 async def test_idle_connection_closed_by_server_is_replaced_transparently(
-    serve: ServerFactory, pool: WirePool, pause: float
+    scripted: ServerFactory, pool: WirePool, pause: float
 ) -> None:
-    server = await serve([then_close(answer("one")), answer("two")])
+    server = await scripted([then_close(answer("one")), answer("two")])
     client = make_client(server, pool, retries=0)
     assert (await client.complete(ask("a"))).content == "one"
     await asyncio.sleep(pause)  # 0: the close may still be in flight when the next request goes
@@ -241,11 +211,11 @@ async def test_idle_connection_closed_by_server_is_replaced_transparently(
 
 
 async def test_reused_connection_dying_before_any_byte_is_resent_once_on_a_fresh_one(
-    serve: ServerFactory, pool: WirePool
+    scripted: ServerFactory, pool: WirePool
 ) -> None:
     # The race a keep-alive client must survive: the server reads request 2 on the old connection
     # and closes it without a byte (it had decided to close while idle).
-    server = await serve([answer("one"), hang_up, answer("two")])
+    server = await scripted([answer("one"), hang_up, answer("two")])
     client = make_client(server, pool, retries=0)
     assert (await client.complete(ask("a"))).content == "one"
     result = await client.complete(ask("b"))
@@ -257,9 +227,9 @@ async def test_reused_connection_dying_before_any_byte_is_resent_once_on_a_fresh
 
 
 async def test_fresh_connection_closed_without_answer_is_not_resent(
-    serve: ServerFactory, pool: WirePool
+    scripted: ServerFactory, pool: WirePool
 ) -> None:
-    server = await serve([hang_up, answer("never")])
+    server = await scripted([hang_up, answer("never")])
     client = make_client(server, pool, retries=0)
     with pytest.raises(BackendConnectionError, match="dropped before a complete response"):
         await client.complete(ask("a"))
@@ -267,9 +237,11 @@ async def test_fresh_connection_closed_without_answer_is_not_resent(
     assert server.connections == 1
 
 
-async def test_connection_closed_mid_body_is_a_connection_error(serve: ServerFactory, pool: WirePool) -> None:
+async def test_connection_closed_mid_body_is_a_connection_error(
+    scripted: ServerFactory, pool: WirePool
+) -> None:
     whole = answer("this answer is cut")
-    server = await serve(then_close(whole[: len(whole) - 10]))
+    server = await scripted(then_close(whole[: len(whole) - 10]))
     client = make_client(server, pool, retries=0)
     with pytest.raises(BackendConnectionError):
         await client.complete(ask("a"))
@@ -280,9 +252,9 @@ async def test_connection_closed_mid_body_is_a_connection_error(serve: ServerFac
 
 
 async def test_read_timeout_phase_raises_timeout_and_closes_connection(
-    serve: ServerFactory, pool: WirePool
+    scripted: ServerFactory, pool: WirePool
 ) -> None:
-    server = await serve(hang)
+    server = await scripted(hang)
     timeout = httpx2.Timeout(connect=1.0, read=0.3, write=1.0, pool=None)
     client = make_client(server, pool, retries=2, timeout=timeout, deadline_s=5.0)
     started = time.monotonic()
@@ -295,9 +267,9 @@ async def test_read_timeout_phase_raises_timeout_and_closes_connection(
 
 
 async def test_whole_call_budget_raises_timeout_and_closes_connection(
-    serve: ServerFactory, pool: WirePool
+    scripted: ServerFactory, pool: WirePool
 ) -> None:
-    server = await serve(hang)
+    server = await scripted(hang)
     client = make_client(server, pool, timeout=0.5)
     started = time.monotonic()
     with pytest.raises(BackendTimeoutError):
@@ -308,10 +280,12 @@ async def test_whole_call_budget_raises_timeout_and_closes_connection(
     assert lane_of(pool, server).idle == []
 
 
-async def test_read_timeout_on_reused_connection_is_not_resent(serve: ServerFactory, pool: WirePool) -> None:
+async def test_read_timeout_on_reused_connection_is_not_resent(
+    scripted: ServerFactory, pool: WirePool
+) -> None:
     # The lane re-sends only when a reused connection DIED before any byte; a server that is merely
     # slow got the request and may be working on it: a second copy doubles the wait and its load.
-    server = await serve([answer("one"), hang, answer("late copy")])
+    server = await scripted([answer("one"), hang, answer("late copy")])
     timeout = httpx2.Timeout(connect=1.0, read=0.3, write=1.0, pool=None)
     client = make_client(server, pool, retries=0, timeout=timeout, deadline_s=5.0)
     assert (await client.complete(ask("a"))).content == "one"
@@ -328,10 +302,10 @@ async def test_read_timeout_on_reused_connection_is_not_resent(serve: ServerFact
     assert 0.25 <= elapsed < 2.0
 
 
-async def test_read_timeout_is_reset_by_each_byte(serve: ServerFactory, pool: WirePool) -> None:
+async def test_read_timeout_is_reset_by_each_byte(scripted: ServerFactory, pool: WirePool) -> None:
     # The whole answer takes ~1 s, more than the 0.6 s read timeout, but no gap reaches it.
     data = answer("dripped")
-    server = await serve(drip(data, size=max(1, len(data) // 10), pause=0.1))
+    server = await scripted(drip(data, size=max(1, len(data) // 10), pause=0.1))
     timeout = httpx2.Timeout(connect=1.0, read=0.6, write=1.0, pool=None)
     client = make_client(server, pool, timeout=timeout, deadline_s=5.0)
     started = time.monotonic()
@@ -352,9 +326,9 @@ async def test_connection_refused_is_a_connection_error(pool: WirePool) -> None:
 
 
 async def test_cancelled_call_never_hands_its_answer_to_the_next(
-    serve: ServerFactory, pool: WirePool
+    scripted: ServerFactory, pool: WirePool
 ) -> None:
-    server = await serve([slow(answer("A"), 0.5), answer("B")])
+    server = await scripted([slow(answer("A"), 0.5), answer("B")])
     client = make_client(server, pool)
     with pytest.raises(TimeoutError):
         await asyncio.wait_for(client.complete(ask("first")), 0.1)
@@ -365,8 +339,8 @@ async def test_cancelled_call_never_hands_its_answer_to_the_next(
     assert [r.json()["messages"][0]["content"] for r in server.requests] == ["first", "second"]
 
 
-async def test_task_cancel_closes_connection(serve: ServerFactory, pool: WirePool) -> None:
-    server = await serve([slow(answer("A"), 0.5), answer("B")])
+async def test_task_cancel_closes_connection(scripted: ServerFactory, pool: WirePool) -> None:
+    server = await scripted([slow(answer("A"), 0.5), answer("B")])
     client = make_client(server, pool)
     task = asyncio.create_task(client.complete(ask("first")))
     await asyncio.wait_for(server.received.wait(), EOF_WAIT)
@@ -389,11 +363,11 @@ async def collect(llm: ClientLLM, text: str, totals: StreamTotals | None = None)
 
 @pytest.mark.parametrize("framing", ["chunked", "length", "close"])
 async def test_sse_stream_split_in_tiny_writes_is_read_whole_and_in_order(
-    serve: ServerFactory, pool: WirePool, framing: str
+    scripted: ServerFactory, pool: WirePool, framing: str
 ) -> None:
     data = response(sse_body(PIECES), headers=SSE_HEADERS, framing=framing, chunk=23)
     step = drip(data, size=7) if framing != "close" else then_close_after(drip(data, size=7))
-    server = await serve(step)
+    server = await scripted(step)
     llm = ClientLLM(make_client(server, pool))
     totals = StreamTotals()
     assert await collect(llm, "tell me", totals) == PIECES
@@ -413,12 +387,12 @@ def then_close_after(step: Step) -> Step:
     return run
 
 
-async def test_connection_reused_after_a_complete_stream(serve: ServerFactory, pool: WirePool) -> None:
+async def test_connection_reused_after_a_complete_stream(scripted: ServerFactory, pool: WirePool) -> None:
     # The stream's last bytes (the chunked terminator "0\r\n\r\n") arrive after "data: [DONE]", as
     # they do from servers that write each event as it is produced: the connection must still be
     # kept once the whole message is in, not closed because [DONE] ended the reading first.
     data = response(sse_body(PIECES), headers=SSE_HEADERS, framing="chunked", chunk=23)
-    server = await serve([drip(data, size=7), answer("after")])
+    server = await scripted([drip(data, size=7), answer("after")])
     client = make_client(server, pool)
     assert await collect(ClientLLM(client), "tell me") == PIECES
     assert (await client.complete(ask("next"))).content == "after"
@@ -426,9 +400,9 @@ async def test_connection_reused_after_a_complete_stream(serve: ServerFactory, p
 
 
 async def test_connection_reused_after_a_stream_sent_in_one_write(
-    serve: ServerFactory, pool: WirePool
+    scripted: ServerFactory, pool: WirePool
 ) -> None:
-    server = await serve(
+    server = await scripted(
         [response(sse_body(PIECES), headers=SSE_HEADERS, framing="chunked", chunk=64), answer("after")]
     )
     client = make_client(server, pool)
@@ -437,8 +411,8 @@ async def test_connection_reused_after_a_stream_sent_in_one_write(
     assert server.connections == 1
 
 
-async def test_abandoned_stream_closes_its_connection(serve: ServerFactory, pool: WirePool) -> None:
-    server = await serve([first_event_then_wait, answer("B")])
+async def test_abandoned_stream_closes_its_connection(scripted: ServerFactory, pool: WirePool) -> None:
+    server = await scripted([first_event_then_wait, answer("B")])
     client = make_client(server, pool)
     stream = ClientLLM(client).stream(ask("long"), StreamTotals())
     assert isinstance(stream, AsyncGenerator)
@@ -454,15 +428,17 @@ async def test_abandoned_stream_closes_its_connection(serve: ServerFactory, pool
     assert server.conns[0].extra == b""
 
 
-async def test_gzip_encoded_sse_stream_is_decoded(serve: ServerFactory, pool: WirePool) -> None:
+async def test_gzip_encoded_sse_stream_is_decoded(scripted: ServerFactory, pool: WirePool) -> None:
     headers = (*SSE_HEADERS, ("Content-Encoding", "gzip"))
     data = response(gzip.compress(sse_body(PIECES)), headers=headers, framing="chunked", chunk=11)
-    server = await serve(drip(data, size=5))
+    server = await scripted(drip(data, size=5))
     assert await collect(ClientLLM(make_client(server, pool)), "zip it") == PIECES
 
 
-async def test_stream_stalling_after_its_head_is_a_read_timeout(serve: ServerFactory, pool: WirePool) -> None:
-    server = await serve(first_event_then_wait)
+async def test_stream_stalling_after_its_head_is_a_read_timeout(
+    scripted: ServerFactory, pool: WirePool
+) -> None:
+    server = await scripted(first_event_then_wait)
     timeout = httpx2.Timeout(connect=1.0, read=0.3, write=1.0, pool=None)
     client = make_client(server, pool, timeout=timeout, deadline_s=5.0)
     pieces: list[str] = []
@@ -475,9 +451,9 @@ async def test_stream_stalling_after_its_head_is_a_read_timeout(serve: ServerFac
     await server.wait_eof(0)
 
 
-async def test_stream_error_status_body_is_read(serve: ServerFactory, pool: WirePool) -> None:
+async def test_stream_error_status_body_is_read(scripted: ServerFactory, pool: WirePool) -> None:
     body = json.dumps({"error": {"type": "server_error", "code": "overloaded"}}).encode()
-    server = await serve([response(body, status=503, reason="Service Unavailable"), answer("after")])
+    server = await scripted([response(body, status=503, reason="Service Unavailable"), answer("after")])
     client = make_client(server, pool)
     with pytest.raises(BackendStatusError, match="code=overloaded") as info:
         await collect(ClientLLM(client), "x")
@@ -494,9 +470,9 @@ async def test_stream_error_status_body_is_read(serve: ServerFactory, pool: Wire
     [{"X-Route": "blue\r\nX-Injected: 1"}, {"X-Route\r\nX-Injected": "1"}, {"X-Route": "a\nX-Injected: 1"}],
 )
 async def test_header_with_line_break_never_reaches_the_wire(
-    serve: ServerFactory, pool: WirePool, headers: dict[str, str]
+    scripted: ServerFactory, pool: WirePool, headers: dict[str, str]
 ) -> None:
-    server = await serve(answer("ok"))
+    server = await scripted(answer("ok"))
     client = make_client(server, pool, retries=2, default_headers=headers)
     with pytest.raises(BackendError, match="InvalidHeader"):
         await client.complete(ask("a"))
@@ -509,9 +485,9 @@ async def test_header_with_line_break_never_reaches_the_wire(
 # -- 10. connection: close and close-delimited bodies -------------------------------------------
 
 
-async def test_connection_close_response_is_not_reused(serve: ServerFactory, pool: WirePool) -> None:
+async def test_connection_close_response_is_not_reused(scripted: ServerFactory, pool: WirePool) -> None:
     closing = (("Content-Type", "application/json"), ("Connection", "close"))
-    server = await serve([answer("one", headers=closing), answer("two")])  # the server does not close
+    server = await scripted([answer("one", headers=closing), answer("two")])  # the server does not close
     client = make_client(server, pool)
     assert (await client.complete(ask("a"))).content == "one"
     assert (await client.complete(ask("b"))).content == "two"
@@ -520,16 +496,18 @@ async def test_connection_close_response_is_not_reused(serve: ServerFactory, poo
     await server.wait_eof(0)  # the client closed it itself
 
 
-async def test_http10_response_is_not_reused(serve: ServerFactory, pool: WirePool) -> None:
+async def test_http10_response_is_not_reused(scripted: ServerFactory, pool: WirePool) -> None:
     old = answer("one").replace(b"HTTP/1.1", b"HTTP/1.0", 1)
-    server = await serve([old, answer("two")])
+    server = await scripted([old, answer("two")])
     client = make_client(server, pool)
     assert (await client.complete(ask("a"))).content == "one"
     assert (await client.complete(ask("b"))).content == "two"
     assert server.connections == 2
 
 
-async def test_body_delimited_by_connection_close_is_read_whole(serve: ServerFactory, pool: WirePool) -> None:
+async def test_body_delimited_by_connection_close_is_read_whole(
+    scripted: ServerFactory, pool: WirePool
+) -> None:
     long_text = "x" * 200_000 + "end"
     data = answer(long_text, framing="close")
 
@@ -540,7 +518,7 @@ async def test_body_delimited_by_connection_close_is_read_whole(serve: ServerFac
             await asyncio.sleep(0.01)
         conn.close()
 
-    server = await serve([in_pieces_then_close, answer("next")])
+    server = await scripted([in_pieces_then_close, answer("next")])
     client = make_client(server, pool)
     assert (await client.complete(ask("a"))).content == long_text
     assert (await client.complete(ask("b"))).content == "next"
@@ -548,7 +526,7 @@ async def test_body_delimited_by_connection_close_is_read_whole(serve: ServerFac
 
 
 async def test_close_delimited_body_cut_by_a_reset_is_a_connection_error(
-    serve: ServerFactory, pool: WirePool
+    scripted: ServerFactory, pool: WirePool
 ) -> None:
     # RFC 9112, 8: a body delimited by the close is complete "unless an error was indicated by the
     # underlying connection"; a reset is one.
@@ -562,7 +540,7 @@ async def test_close_delimited_body_cut_by_a_reset_is_a_connection_error(
         conn.writer.transport.abort()  # RST, not FIN
         conn.closed_by_server = True
 
-    server = await serve(half_then_reset)
+    server = await scripted(half_then_reset)
     client = make_client(server, pool, retries=0)
     with pytest.raises(BackendConnectionError):
         await client.complete(ask("a"))
@@ -571,8 +549,8 @@ async def test_close_delimited_body_cut_by_a_reset_is_a_connection_error(
 # -- 11. idle bound ------------------------------------------------------------------------------
 
 
-async def test_burst_keeps_at_most_max_idle_connections(serve: ServerFactory) -> None:
-    server = await serve(slow(answer("ok"), 0.2))
+async def test_burst_keeps_at_most_max_idle_connections(scripted: ServerFactory) -> None:
+    server = await scripted(slow(answer("ok"), 0.2))
     pool = H1Pool(max_idle=4)
     try:
         client = make_client(server, pool)
@@ -594,7 +572,7 @@ async def test_burst_keeps_at_most_max_idle_connections(serve: ServerFactory) ->
 # -- 12. unsolicited bytes ----------------------------------------------------------------------
 
 
-async def test_unsolicited_bytes_on_idle_connection_drop_it(serve: ServerFactory, pool: WirePool) -> None:
+async def test_unsolicited_bytes_on_idle_connection_drop_it(scripted: ServerFactory, pool: WirePool) -> None:
     sent = asyncio.Event()
 
     async def answer_then_chatter(conn: Conn, request: Request) -> None:
@@ -603,7 +581,7 @@ async def test_unsolicited_bytes_on_idle_connection_drop_it(serve: ServerFactory
         await conn.write(answer("unsolicited"))
         sent.set()
 
-    server = await serve([answer_then_chatter, answer("two")])
+    server = await scripted([answer_then_chatter, answer("two")])
     client = make_client(server, pool)
     assert (await client.complete(ask("a"))).content == "one"
     await asyncio.wait_for(sent.wait(), EOF_WAIT)
@@ -618,11 +596,11 @@ async def test_unsolicited_bytes_on_idle_connection_drop_it(serve: ServerFactory
     ids=["200", "500"],
 )
 async def test_extra_response_in_same_write_never_mixes_into_the_answer(
-    serve: ServerFactory, pool: WirePool, extra: bytes
+    scripted: ServerFactory, pool: WirePool, extra: bytes
 ) -> None:
     # A broken server (or one answering twice) sends a second response right behind the first,
     # in the same packet: the first is the answer, whole; the rest is never read as any answer.
-    server = await serve([answer("one") + extra, answer("two")])
+    server = await scripted([answer("one") + extra, answer("two")])
     client = make_client(server, pool)
     first = await client.complete(ask("a"))
     assert first.content == "one"
@@ -632,14 +610,14 @@ async def test_extra_response_in_same_write_never_mixes_into_the_answer(
 
 
 async def test_informational_1xx_response_in_the_same_write_is_skipped(
-    serve: ServerFactory, pool: WirePool
+    scripted: ServerFactory, pool: WirePool
 ) -> None:
-    server = await serve(b"HTTP/1.1 100 Continue\r\n\r\n" + answer("final"))
+    server = await scripted(b"HTTP/1.1 100 Continue\r\n\r\n" + answer("final"))
     assert (await make_client(server, pool).complete(ask("a"))).content == "final"
 
 
 async def test_informational_1xx_response_sent_before_a_pause_is_skipped(
-    serve: ServerFactory, pool: WirePool
+    scripted: ServerFactory, pool: WirePool
 ) -> None:
     # RFC 9110, 15.2: a client must accept 1xx answers before the final one, even unasked for
     # (a proxy's "103 Early Hints", a server's "100 Continue").
@@ -648,7 +626,7 @@ async def test_informational_1xx_response_sent_before_a_pause_is_skipped(
         await asyncio.sleep(0.05)
         await conn.write(answer("final"))
 
-    server = await serve([informational_then_final, answer("next")])
+    server = await scripted([informational_then_final, answer("next")])
     client = make_client(server, pool)
     assert (await client.complete(ask("a"))).content == "final"
     assert (await client.complete(ask("b"))).content == "next"
@@ -658,8 +636,8 @@ async def test_informational_1xx_response_sent_before_a_pause_is_skipped(
 # -- 13. closing the pool -----------------------------------------------------------------------
 
 
-async def test_aclose_all_closes_idle_connections(serve: ServerFactory, pool: WirePool) -> None:
-    server = await serve(slow(answer("ok"), 0.3))
+async def test_aclose_all_closes_idle_connections(scripted: ServerFactory, pool: WirePool) -> None:
+    server = await scripted(slow(answer("ok"), 0.3))
     client = make_client(server, pool)
     await asyncio.gather(*(client.complete(ask(f"q{i}")) for i in range(3)))
     lane = lane_of(pool, server)
@@ -674,7 +652,7 @@ async def test_aclose_all_closes_idle_connections(serve: ServerFactory, pool: Wi
 
 
 async def test_429_with_retry_after_is_retried_on_the_same_connection(
-    serve: ServerFactory, pool: WirePool
+    scripted: ServerFactory, pool: WirePool
 ) -> None:
     limited = response(
         b'{"error": {"type": "rate_limit"}}',
@@ -682,7 +660,7 @@ async def test_429_with_retry_after_is_retried_on_the_same_connection(
         reason="Too Many Requests",
         headers=(("Content-Type", "application/json"), ("Retry-After", "0")),
     )
-    server = await serve([limited, answer("ok")])
+    server = await scripted([limited, answer("ok")])
     client = make_client(server, pool, retries=2)
     result = await client.complete(ask("a"))
     assert result.content == "ok"
@@ -691,9 +669,9 @@ async def test_429_with_retry_after_is_retried_on_the_same_connection(
     assert server.connections == 1
 
 
-async def test_500_body_is_classified_when_retries_run_out(serve: ServerFactory, pool: WirePool) -> None:
+async def test_500_body_is_classified_when_retries_run_out(scripted: ServerFactory, pool: WirePool) -> None:
     body = json.dumps({"error": {"message": "boom", "type": "server_error", "code": "engine_dead"}}).encode()
-    server = await serve(response(body, status=500, reason="Internal Server Error", framing="chunked"))
+    server = await scripted(response(body, status=500, reason="Internal Server Error", framing="chunked"))
     client = make_client(server, pool, retries=1)
     with pytest.raises(BackendStatusError, match="type=server_error, code=engine_dead") as info:
         await client.complete(ask("a"))

@@ -22,7 +22,7 @@ import ssl
 import time
 import tracemalloc
 import zlib
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Sequence
+from collections.abc import AsyncIterator, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -49,59 +49,27 @@ from guardcache.llm.wire import CHECK_LIMITS, MAIN_LIMITS, LineSplitter, WireErr
 from tests.integration.rails_support import guard_config, user
 from tests.transport_support import (
     MODEL,
-    NO_PROXY_VARS,
-    PROXY_VARS,
     SSE_HEADERS,
-    TRANSPORTS,
     Conn,
     HttpProxy,
     LoopThread,
     Request,
     ScriptServer,
+    ServerFactory,
     Step,
     TLSScriptServer,
     answer,
     completion,
     drip,
-    new_pool,
     response,
     sse_body,
 )
 
 KEY = "sk-hostile-0123456789"
 
+pytestmark = pytest.mark.usefixtures("no_proxy_env")
+
 # -- fixtures and helpers -----------------------------------------------------------------------
-
-
-@pytest.fixture(autouse=True)
-def no_proxy_env(monkeypatch: pytest.MonkeyPatch) -> None:
-    """The runner's proxy settings must not apply; the proxy tests set their own."""
-    for name in (*PROXY_VARS, *NO_PROXY_VARS):
-        monkeypatch.delenv(name, raising=False)
-
-
-ServerFactory = Callable[[Step | Sequence[Step]], Awaitable[ScriptServer]]
-
-
-@pytest.fixture
-async def serve() -> AsyncIterator[ServerFactory]:
-    started: list[ScriptServer] = []
-
-    async def start(script: Step | Sequence[Step]) -> ScriptServer:
-        server = await ScriptServer(script).start()
-        started.append(server)
-        return server
-
-    yield start
-    for server in started:
-        await server.aclose()
-
-
-@pytest.fixture(params=TRANSPORTS)
-async def pool(request: pytest.FixtureRequest) -> AsyncIterator[WirePool]:
-    wire = new_pool(request.param)
-    yield wire
-    await wire.aclose_all()
 
 
 def make_client(server: ScriptServer, pool: WirePool, *, retries: int = 0, **kwargs: Any) -> ChatClient:
@@ -229,13 +197,13 @@ REQUEST_TIMEOUT = response(
 @pytest.mark.parametrize("then_close", [True, False], ids=["then-close", "left-open"])
 @pytest.mark.parametrize("loop_busy", [False, True], ids=["loop-idle", "loop-busy"])
 async def test_unsolicited_408_on_an_idle_connection_is_not_the_next_answer(
-    serve: ServerFactory, far: Far, pool: WirePool, loop_busy: bool, then_close: bool
+    scripted: ServerFactory, far: Far, pool: WirePool, loop_busy: bool, then_close: bool
 ) -> None:
     # A server's idle timeout: "408 Request Timeout" on a connection no request is on, then (or
     # not yet) its close. Read by the loop (bytes on an idle connection close it) or waiting unread
     # in the kernel (the poll before reuse), it is never taken for the answer of the next request,
     # and that request never goes on the connection: the next call succeeds on a fresh one.
-    server = await (far.serve if loop_busy else serve)([answer("one"), answer("two")])
+    server = await (far.serve if loop_busy else scripted)([answer("one"), answer("two")])
     client = make_client(server, pool)
     assert (await client.complete(ask("a"))).content == "one"
     if loop_busy:
@@ -277,7 +245,7 @@ CLOSING = ("Connection", "close")
 )
 @pytest.mark.parametrize("call", ["complete", "stream"])
 async def test_bytes_after_a_complete_answer_mark_the_connection_dead(
-    serve: ServerFactory, pool: WirePool, call: str, closing: bool, extra: bytes | str
+    scripted: ServerFactory, pool: WirePool, call: str, closing: bool, extra: bytes | str
 ) -> None:
     # The answer stands, whole; the connection is never reused; the next call gets its own answer.
     # Behind a "Connection: close" answer llhttp reports any byte as a parse error of its own (no
@@ -299,7 +267,7 @@ async def test_bytes_after_a_complete_answer_mark_the_connection_dead(
             await conn.write(answer("unsolicited"))
         sent.set()
 
-    server = await serve([answer_then_extra, answer("two")])
+    server = await scripted([answer_then_extra, answer("two")])
     client = make_client(server, pool)
     if call == "complete":
         assert (await client.complete(ask("a"))).content == "one"
@@ -318,11 +286,11 @@ async def test_bytes_after_a_complete_answer_mark_the_connection_dead(
 SMALL_HEAD = 4096
 
 
-async def test_endless_header_line_fails_at_the_head_limit(serve: ServerFactory, pool: WirePool) -> None:
+async def test_endless_header_line_fails_at_the_head_limit(scripted: ServerFactory, pool: WirePool) -> None:
     # A header line that never ends: httptools holds an unfinished header in memory, so only the
     # bytes counted as they arrive can cut it. The server would send 10x the limit.
     sent: list[int] = []
-    server = await serve(pour(b"HTTP/1.1 200 OK\r\nX-Endless: ", b"a" * 512, 80, sent))
+    server = await scripted(pour(b"HTTP/1.1 200 OK\r\nX-Endless: ", b"a" * 512, 80, sent))
     client = make_client(server, pool, limits=WireLimits(max_head_bytes=SMALL_HEAD))
     started = time.monotonic()
     with pytest.raises(BackendProtocolError, match=r"size limit \(HeadTooLarge"):
@@ -334,14 +302,14 @@ async def test_endless_header_line_fails_at_the_head_limit(serve: ServerFactory,
 
 
 async def test_endless_header_line_at_the_default_limit_costs_bounded_memory(
-    serve: ServerFactory, pool: WirePool
+    scripted: ServerFactory, pool: WirePool
 ) -> None:
     # 10 MB offered in 64 KB writes (the default head limit is 64 KiB): the call fails long before,
     # and the client holds about the limit and one socket read (asyncio reads up to 256 KiB at a
     # time): ~300 KB traced here, where reading on would hold the 10 MB.
     limit = CHECK_LIMITS.max_head_bytes
     sent: list[int] = []
-    server = await serve(pour(b"HTTP/1.1 200 OK\r\nX-Endless: ", b"a" * 65536, 160, sent, pause=0.001))
+    server = await scripted(pour(b"HTTP/1.1 200 OK\r\nX-Endless: ", b"a" * 65536, 160, sent, pause=0.001))
     client = make_client(server, pool)
     tracemalloc.start()
     try:
@@ -361,12 +329,12 @@ def many_headers(count: int, value: str = "v" * 20) -> tuple[tuple[str, str], ..
 @pytest.mark.parametrize("delivery", ["one-write", "dripped"])
 @pytest.mark.parametrize(("count", "fits"), [(1700, True), (3000, False)], ids=["59KB", "104KB"])
 async def test_head_of_many_small_headers_is_bounded_however_it_arrives(
-    serve: ServerFactory, pool: WirePool, delivery: str, count: int, fits: bool
+    scripted: ServerFactory, pool: WirePool, delivery: str, count: int, fits: bool
 ) -> None:
     # The default head limit is 64 KiB. Whether the head comes in one read with the body or in
     # pieces must not change the verdict.
     data = answer("ok", headers=many_headers(count))
-    server = await serve(data if delivery == "one-write" else drip(data, size=1024, pause=0.0005))
+    server = await scripted(data if delivery == "one-write" else drip(data, size=1024, pause=0.0005))
     client = make_client(server, pool)
     if fits:
         assert (await client.complete(ask("a"))).content == "ok"
@@ -377,10 +345,10 @@ async def test_head_of_many_small_headers_is_bounded_however_it_arrives(
 
 @pytest.mark.parametrize(("size", "fits"), [(8000, True), (9000, False)])
 async def test_one_header_over_the_header_limit_fails(
-    serve: ServerFactory, pool: WirePool, size: int, fits: bool
+    scripted: ServerFactory, pool: WirePool, size: int, fits: bool
 ) -> None:
     headers = (("Content-Type", "application/json"), ("X-Big", "b" * size))
-    server = await serve(answer("ok", headers=headers))
+    server = await scripted(answer("ok", headers=headers))
     client = make_client(server, pool)
     if fits:
         assert (await client.complete(ask("a"))).content == "ok"
@@ -391,12 +359,12 @@ async def test_one_header_over_the_header_limit_fails(
 
 @pytest.mark.parametrize("delivery", ["one-write", "dripped"])
 async def test_endless_interim_heads_count_against_the_head_limit(
-    serve: ServerFactory, pool: WirePool, delivery: str
+    scripted: ServerFactory, pool: WirePool, delivery: str
 ) -> None:
     # 4,000 "100 Continue" heads (100 KB) before the answer: each is legal, together they are a
     # head over 64 KiB.
     data = b"HTTP/1.1 100 Continue\r\n\r\n" * 4000 + answer("ok")
-    server = await serve(data if delivery == "one-write" else drip(data, size=1024, pause=0.0005))
+    server = await scripted(data if delivery == "one-write" else drip(data, size=1024, pause=0.0005))
     client = make_client(server, pool)
     with pytest.raises(BackendProtocolError, match="HeadTooLarge"):
         await client.complete(ask("a"))
@@ -407,7 +375,7 @@ SMALL_BODY = 64 * 1024
 
 @pytest.mark.parametrize("framing", ["length", "chunked"])
 async def test_success_body_over_the_limit_fails_without_reading_it_all(
-    serve: ServerFactory, pool: WirePool, framing: str
+    scripted: ServerFactory, pool: WirePool, framing: str
 ) -> None:
     sent: list[int] = []
     piece = b"x" * 8192
@@ -418,7 +386,7 @@ async def test_success_body_over_the_limit_fails_without_reading_it_all(
     else:
         head = b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nTransfer-Encoding: chunked\r\n\r\n"
         piece = chunk(piece)
-    server = await serve(pour(head, piece, 80, sent))  # 10x the limit
+    server = await scripted(pour(head, piece, 80, sent))  # 10x the limit
     client = make_client(server, pool, limits=WireLimits(max_body_bytes=SMALL_BODY))
     started = time.monotonic()
     with pytest.raises(BackendProtocolError, match="BodyTooLarge"):
@@ -435,11 +403,11 @@ async def test_success_body_over_the_limit_fails_without_reading_it_all(
     [(400, "Bad Request", BackendInputRejectedError), (500, "Internal Server Error", BackendStatusError)],
 )
 async def test_error_status_body_over_the_limit_is_cut_and_keeps_its_status(
-    serve: ServerFactory, pool: WirePool, framing: str, status: int, reason: str, error: type[BackendError]
+    scripted: ServerFactory, pool: WirePool, framing: str, status: int, reason: str, error: type[BackendError]
 ) -> None:
     # A 400 quoting a long input is still a 400 (an unsafe input), a 500 still an outage.
     body = json.dumps({"error": {"message": "you said: " + "q" * (4 * SMALL_BODY), "code": "x"}}).encode()
-    server = await serve(
+    server = await scripted(
         [response(body, status=status, reason=reason, framing=framing, chunk=4096), answer("next")]
     )
     client = make_client(server, pool, limits=WireLimits(max_body_bytes=SMALL_BODY))
@@ -471,7 +439,7 @@ def gzip_of_zeros(size: int) -> bytes:
     ],
 )
 async def test_compression_bomb_fails_fast_in_bounded_memory(
-    serve: ServerFactory, pool: WirePool, via: str, inflated: int, match: str
+    scripted: ServerFactory, pool: WirePool, via: str, inflated: int, match: str
 ) -> None:
     bomb = gzip_of_zeros(inflated)
     assert len(bomb) < 128 * 1024
@@ -480,7 +448,7 @@ async def test_compression_bomb_fails_fast_in_bounded_memory(
     else:
         headers = (("Content-Type", "application/json"), ("Content-Encoding", "gzip"))
     framing = "length" if via == "length" else "chunked"
-    server = await serve(response(bomb, headers=headers, framing=framing, chunk=16384))
+    server = await scripted(response(bomb, headers=headers, framing=framing, chunk=16384))
     client = make_client(server, pool)
     tracemalloc.start()
     started = time.monotonic()
@@ -499,13 +467,13 @@ async def test_compression_bomb_fails_fast_in_bounded_memory(
 
 
 async def test_close_delimited_stream_over_the_body_limit_fails_for_a_slow_reader(
-    serve: ServerFactory, pool: WirePool
+    scripted: ServerFactory, pool: WirePool
 ) -> None:
     # A stream without framing ends with its connection. Cut at the limit, the connection is
     # closed by the client, and that close must not then read as the stream's end: a reader busy
     # elsewhere at that moment (handing a piece on) must still get the failure, not a cut stream.
     data = response(sse_body(["p" * 100] * 400), headers=SSE_HEADERS, framing="close")
-    server = await serve(drip(data, size=1024, pause=0.002))
+    server = await scripted(drip(data, size=1024, pause=0.002))
     client = make_client(server, pool, limits=WireLimits(max_body_bytes=8192))
     pieces: list[str] = []
     with pytest.raises(BackendProtocolError, match="BodyTooLarge"):
@@ -519,11 +487,11 @@ SMALL_LINE = 16 * 1024
 
 
 async def test_event_stream_line_that_never_ends_fails_at_the_line_limit(
-    serve: ServerFactory, pool: WirePool
+    scripted: ServerFactory, pool: WirePool
 ) -> None:
     sent: list[int] = []
     head = b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n"
-    server = await serve(pour(head + chunk(b"data: "), chunk(b"x" * 1024), 160, sent))  # 10x the limit
+    server = await scripted(pour(head + chunk(b"data: "), chunk(b"x" * 1024), 160, sent))  # 10x the limit
     client = make_client(server, pool, limits=WireLimits(max_line_bytes=SMALL_LINE))
     started = time.monotonic()
     with pytest.raises(BackendProtocolError, match="LineTooLong"):
@@ -563,11 +531,11 @@ def event_lines(count: int, separate: bool) -> bytes:
 
 @pytest.mark.parametrize("separate", [True, False], ids=["100-events", "one-event-of-100-lines"])
 async def test_event_whose_data_lines_pass_the_event_limit_fails(
-    serve: ServerFactory, pool: WirePool, separate: bool
+    scripted: ServerFactory, pool: WirePool, separate: bool
 ) -> None:
     # 100 data lines of ~100 bytes: as 100 events each is small; as one event it is ~10 KB.
     body = event_lines(100, separate) + sse_body(["end"])
-    server = await serve(response(body, headers=SSE_HEADERS, framing="chunked", chunk=512))
+    server = await scripted(response(body, headers=SSE_HEADERS, framing="chunked", chunk=512))
     client = make_client(server, pool, limits=WireLimits(max_event_bytes=8192))
     if separate:
         assert await collect(client, "a") == ["end"]
@@ -579,7 +547,7 @@ async def test_event_whose_data_lines_pass_the_event_limit_fails(
 @pytest.mark.parametrize("call", ["complete", "stream"])
 @pytest.mark.parametrize("limits", [MAIN_LIMITS, CHECK_LIMITS], ids=["MAIN_LIMITS", "CHECK_LIMITS"])
 async def test_main_model_answer_over_the_check_limits_passes_with_the_main_limits(
-    serve: ServerFactory, pool: WirePool, call: str, limits: WireLimits
+    scripted: ServerFactory, pool: WirePool, call: str, limits: WireLimits
 ) -> None:
     # A long answer of the main model (3 MiB) is over a guard's 1 MiB, well within 64 MiB.
     pieces = ["w" * 1024] * 3072
@@ -587,7 +555,7 @@ async def test_main_model_answer_over_the_check_limits_passes_with_the_main_limi
         data = response(completion("".join(pieces)), framing="chunked", chunk=65536)
     else:
         data = response(sse_body(pieces), headers=SSE_HEADERS, framing="chunked", chunk=65536)
-    server = await serve(data)
+    server = await scripted(data)
     client = make_client(server, pool, limits=limits)
     if limits is CHECK_LIMITS:
         with pytest.raises(BackendProtocolError, match="BodyTooLarge"):
@@ -603,14 +571,14 @@ async def test_main_model_answer_over_the_check_limits_passes_with_the_main_limi
 
 @pytest.mark.parametrize("name", ["Retry-After", "X-Junk"])
 async def test_429_with_20000_repeated_headers_is_read_in_linear_time(
-    serve: ServerFactory, pool: WirePool, name: str
+    scripted: ServerFactory, pool: WirePool, name: str
 ) -> None:
     # Repeated names are joined with ", " (a 429's headers are read for its Retry-After). Joined
     # one by one, 20,000 values of 500 bytes (a 10 MB head, the limit raised for it) took ~2 s of
     # a blocked event loop (10,000: ~0.7 s, too close to a CI bound to tell); gathered: ~30 ms.
     headers = (("Content-Type", "application/json"), *((name, f"{i} " + "j" * 496) for i in range(20_000)))
     limited = response(b'{"error": {"type": "rate_limit"}}', status=429, reason="Too Many", headers=headers)
-    server = await serve(limited)
+    server = await scripted(limited)
     client = make_client(server, pool, limits=WireLimits(max_head_bytes=32 << 20))
     started = time.monotonic()
     with pytest.raises(BackendStatusError) as info:
@@ -625,12 +593,12 @@ async def test_429_with_20000_repeated_headers_is_read_in_linear_time(
 
 @pytest.mark.parametrize("status", [301, 302, 307, 308])
 async def test_redirect_is_refused_and_the_key_never_reaches_its_target(
-    serve: ServerFactory, pool: WirePool, status: int
+    scripted: ServerFactory, pool: WirePool, status: int
 ) -> None:
-    elsewhere = await serve(answer("followed"))
+    elsewhere = await scripted(answer("followed"))
     location = f"{elsewhere.base_url}/chat/completions"
     moved = response(b"", status=status, reason="Moved", headers=(("Location", location),))
-    server = await serve(moved)
+    server = await scripted(moved)
     client = make_client(server, pool, retries=2, api_key=KEY)
     with pytest.raises(BackendRefusedConfigError, match="follows no redirect") as info:
         await client.complete(ask("a"))
@@ -658,12 +626,12 @@ def basic(credentials: str) -> str:
 
 @pytest.mark.parametrize("var", ["HTTP_PROXY", "http_proxy", "ALL_PROXY", "all_proxy"])
 async def test_http_target_goes_through_the_proxy_in_absolute_form(
-    serve: ServerFactory, pool: WirePool, proxy: HttpProxy, monkeypatch: pytest.MonkeyPatch, var: str
+    scripted: ServerFactory, pool: WirePool, proxy: HttpProxy, monkeypatch: pytest.MonkeyPatch, var: str
 ) -> None:
     # ALL_PROXY alone is honoured as curl does. The proxy's credentials (from its URL, percent-
     # decoded) go to the proxy alone, as Proxy-Authorization; the API key goes to the target.
     monkeypatch.setenv(var, proxy.url("alice:s%3Dcret"))
-    server = await serve([answer("one"), answer("two")])
+    server = await scripted([answer("one"), answer("two")])
     client = make_client(server, pool, api_key=KEY)
     assert (await client.complete(ask("a"))).content == "one"
     assert (await client.complete(ask("b"))).content == "two"
@@ -693,7 +661,7 @@ async def test_http_target_goes_through_the_proxy_in_absolute_form(
 )
 @pytest.mark.parametrize("var", ["NO_PROXY", "no_proxy"])
 async def test_no_proxy_exempts_a_host(
-    serve: ServerFactory,
+    scripted: ServerFactory,
     pool: WirePool,
     proxy: HttpProxy,
     monkeypatch: pytest.MonkeyPatch,
@@ -701,7 +669,7 @@ async def test_no_proxy_exempts_a_host(
     no_proxy: str,
     direct: bool,
 ) -> None:
-    server = await serve(answer("ok"))
+    server = await scripted(answer("ok"))
     monkeypatch.setenv("HTTP_PROXY", proxy.url("alice:secret"))
     monkeypatch.setenv(var, no_proxy.format(port=server.port))
     client = make_client(server, pool)
@@ -724,11 +692,11 @@ async def test_no_proxy_exempts_a_host(
     ],
 )
 async def test_proxy_the_client_cannot_speak_is_a_configuration_error(
-    serve: ServerFactory, pool: WirePool, monkeypatch: pytest.MonkeyPatch, var: str, url: str
+    scripted: ServerFactory, pool: WirePool, monkeypatch: pytest.MonkeyPatch, var: str, url: str
 ) -> None:
     # Going direct would bypass a proxy the operator relies on: the call fails, naming the variable.
     monkeypatch.setenv(var, url)
-    server = await serve(answer("ok"))
+    server = await scripted(answer("ok"))
     client = make_client(server, pool, retries=2)
     started = time.monotonic()
     with pytest.raises(BackendProxyError, match=var.upper()) as info:
