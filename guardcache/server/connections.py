@@ -85,13 +85,31 @@ class _HeadGuard:
     client: tuple[str, int] | None
     _unset_keepalive_if_required: Any
 
-    def _init_guard(self, limits: HeadLimits) -> None:
+    def __init__(
+        self,
+        config: Any,
+        server_state: Any,
+        app_state: dict[str, Any],
+        _loop: asyncio.AbstractEventLoop | None = None,
+        *,
+        limits: HeadLimits,
+    ) -> None:
+        super().__init__(config, server_state, app_state, _loop)  # type: ignore[call-arg]
         self._limits = limits
         self._head_room = limits.max_bytes
         self._head_since: float | None = None  # when the head being read began; None: no head
         self._head_timer: asyncio.TimerHandle | None = None
         self._refused = False
         self._hook = DisconnectHook()
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        super().connection_made(transport)  # type: ignore[misc]
+        self._head_begins()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._stop_timer()
+        super().connection_lost(exc)  # type: ignore[misc]
+        self._hook.connection_lost()
 
     def _offer_hook(self, scope: dict[str, Any] | None) -> None:
         """Put the connection's :class:`DisconnectHook` in a request's scope (before its task runs)."""
@@ -201,27 +219,6 @@ class GuardedH11(_HeadGuard, H11Protocol):
     """uvicorn's h11 protocol with the head limits. A head is being read while h11 says the client
     is ``IDLE`` (no request yet); h11's own ``max_incomplete_event_size`` is set to the same limit."""
 
-    def __init__(
-        self,
-        config: Any,
-        server_state: Any,
-        app_state: dict[str, Any],
-        _loop: asyncio.AbstractEventLoop | None = None,
-        *,
-        limits: HeadLimits,
-    ) -> None:
-        super().__init__(config, server_state, app_state, _loop)
-        self._init_guard(limits)
-
-    def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
-        super().connection_made(transport)
-        self._head_begins()
-
-    def connection_lost(self, exc: Exception | None) -> None:
-        self._stop_timer()
-        super().connection_lost(exc)
-        self._hook.connection_lost()
-
     def handle_events(self) -> None:
         super().handle_events()
         self._offer_hook(self.scope)  # (a request h11 parsed: its task is made, not run yet)
@@ -252,27 +249,7 @@ class GuardedHttpTools(_HeadGuard, HttpToolsProtocol):
     """uvicorn's httptools protocol with the head limits. A head is being read from the end of the
     previous request (or the connection's start) to the parser's ``on_headers_complete``."""
 
-    def __init__(
-        self,
-        config: Any,
-        server_state: Any,
-        app_state: dict[str, Any],
-        _loop: asyncio.AbstractEventLoop | None = None,
-        *,
-        limits: HeadLimits,
-    ) -> None:
-        super().__init__(config, server_state, app_state, _loop)
-        self._init_guard(limits)
-        self._in_head = True
-
-    def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
-        super().connection_made(transport)
-        self._head_begins()
-
-    def connection_lost(self, exc: Exception | None) -> None:
-        self._stop_timer()
-        super().connection_lost(exc)
-        self._hook.connection_lost()
+    _in_head = True  # until the first on_headers_complete (then set per request)
 
     def data_received(self, data: bytes) -> None:
         if self._in_head:
