@@ -134,6 +134,18 @@ class _HeadGuard:
         if self._head_timer is None:
             self._head_timer = self.loop.call_later(self._limits.timeout, self._check_head)
 
+    def _take_head(self, data: Any) -> bool:
+        """Count ``data`` against the head's budget: True when it fits (feed it), False when it
+        does not (``_over`` fed what fits and refused the rest, or ended the head)."""
+        if self._head_since is None:
+            self._head_begins()  # the first bytes of a head on a kept-alive connection
+        room = self._head_room - len(data)
+        if room < 0:
+            self._over(data)
+            return False
+        self._head_room = room
+        return True
+
     def _head_done(self) -> None:
         """The head is complete: the next head gets its whole budget."""
         self._head_room = self._limits.max_bytes
@@ -227,14 +239,8 @@ class GuardedH11(_HeadGuard, H11Protocol):
         if self.conn.their_state is not h11.IDLE:  # a request's body, or past the end
             H11Protocol.data_received(self, data)
             return
-        if self._head_since is None:
-            self._head_begins()  # the first bytes of a head on a kept-alive connection
-        room = self._head_room - len(data)
-        if room < 0:
-            self._over(data)
-            return
-        self._head_room = room
-        self._feed(data)
+        if self._take_head(data):
+            self._feed(data)
 
     def _feed(self, data: Any) -> None:
         H11Protocol.data_received(self, data)
@@ -252,14 +258,8 @@ class GuardedHttpTools(_HeadGuard, HttpToolsProtocol):
     _in_head = True  # until the first on_headers_complete (then set per request)
 
     def data_received(self, data: bytes) -> None:
-        if self._in_head:
-            if self._head_since is None:
-                self._head_begins()  # the first bytes of a head on a kept-alive connection
-            room = self._head_room - len(data)
-            if room < 0:
-                self._over(data)
-                return
-            self._head_room = room
+        if self._in_head and not self._take_head(data):
+            return
         HttpToolsProtocol.data_received(self, data)
 
     def _feed(self, data: Any) -> None:
