@@ -12,7 +12,7 @@ import asyncio
 import json
 import ssl
 import threading
-from collections.abc import Awaitable, Callable, Coroutine, Sequence
+from collections.abc import Awaitable, Callable, Coroutine, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
 from urllib.parse import urlsplit
@@ -38,6 +38,22 @@ def new_pool(transport: str) -> WirePool:
 
 
 # -- the scripted server ------------------------------------------------------------------------
+
+
+async def close_server(
+    server: asyncio.Server, writers: Iterable[asyncio.StreamWriter], tasks: Iterable[asyncio.Task[Any]]
+) -> None:
+    """Stop accepting, close every connection, give the handlers a second to end, cancel the rest."""
+    server.close()
+    for writer in writers:
+        writer.close()
+    running = list(tasks)
+    if running:
+        _, pending = await asyncio.wait(running, timeout=1.0)
+        for task in pending:
+            task.cancel()
+        await asyncio.gather(*pending, return_exceptions=True)
+    await server.wait_closed()
 
 
 @dataclass
@@ -199,16 +215,8 @@ class ScriptServer:
 
     async def aclose(self) -> None:
         assert self._server is not None
-        self._server.close()
-        for conn in self.conns:
-            conn.writer.close()  # a handler waiting for bytes sees EOF and ends
-        tasks = list(self._tasks)
-        if tasks:
-            _, pending = await asyncio.wait(tasks, timeout=1.0)
-            for task in pending:
-                task.cancel()
-            await asyncio.gather(*pending, return_exceptions=True)
-        await self._server.wait_closed()
+        # A handler waiting for bytes sees EOF and ends.
+        await close_server(self._server, [conn.writer for conn in self.conns], self._tasks)
 
 
 # -- answers ------------------------------------------------------------------------------------
@@ -512,13 +520,4 @@ class HttpProxy:
 
     async def aclose(self) -> None:
         assert self._server is not None
-        self._server.close()
-        for writer in self._writers:
-            writer.close()
-        tasks = list(self._tasks)
-        if tasks:
-            _, pending = await asyncio.wait(tasks, timeout=1.0)
-            for task in pending:
-                task.cancel()
-            await asyncio.gather(*pending, return_exceptions=True)
-        await self._server.wait_closed()
+        await close_server(self._server, self._writers, self._tasks)
