@@ -185,10 +185,8 @@ class Lane:
         phases: httpx2.Timeout,
         limits: WireLimits = CHECK_LIMITS,
     ) -> Reply:
-        client = self.client
+        response = await self._open(url, body, headers, phases)
         try:
-            request = client.build_request("POST", url, json=body, headers=headers, timeout=phases)
-            response = await client.send(request, stream=True)
             try:
                 return await _read_limited(response, limits)
             finally:
@@ -205,17 +203,24 @@ class Lane:
         phases: httpx2.Timeout,
         limits: WireLimits = CHECK_LIMITS,
     ) -> AsyncIterator[_HttpxStream]:
-        client = self.client
-        try:
-            request = client.build_request("POST", url, json=body, headers=headers, timeout=phases)
-            response = await client.send(request, stream=True)
-        except (httpx2.TransportError, httpx2.DecodingError) as exc:
-            raise wire_error(exc) from exc
+        response = await self._open(url, body, headers, phases)
         try:
             _check_head(response, limits)
             yield _HttpxStream(response, limits)
         finally:
             await response.aclose()
+
+    async def _open(
+        self, url: str, body: Mapping[str, Any], headers: Mapping[str, str], phases: httpx2.Timeout
+    ) -> httpx2.Response:
+        """Send the POST and return the response with its body unread (the caller reads it
+        within the limits and closes it); httpx2's failures as ``WireError``."""
+        client = self.client
+        try:
+            request = client.build_request("POST", url, json=body, headers=headers, timeout=phases)
+            return await client.send(request, stream=True)
+        except (httpx2.TransportError, httpx2.DecodingError) as exc:
+            raise wire_error(exc) from exc
 
 
 def _check_head(response: httpx2.Response, limits: WireLimits) -> None:
