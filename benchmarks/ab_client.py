@@ -17,7 +17,6 @@ Not part of the test run.
 from __future__ import annotations
 
 import argparse
-import contextlib
 import json
 import multiprocessing
 import statistics
@@ -26,7 +25,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from ab_serve import checkout
+from ab_serve import checkout, remove
 from bench_http_clients import BODY, MODEL, serve
 from bench_serve import REPO
 from machine import describe_speed
@@ -119,13 +118,7 @@ def main() -> int:
     finally:
         server.terminate()
         server.join()
-        for tree in trees:
-            with contextlib.suppress(subprocess.CalledProcessError):
-                subprocess.run(
-                    ["git", "-C", str(REPO), "worktree", "remove", "--force", str(tree)],
-                    check=True,
-                    capture_output=True,
-                )
+        remove(trees)
     return 0
 
 

@@ -38,6 +38,17 @@ def checkout(ref: str, into: Path) -> Path:
     return into
 
 
+def remove(trees: list[Path]) -> None:
+    """Remove the temporary worktrees ``checkout`` made."""
+    for tree in trees:
+        with contextlib.suppress(subprocess.CalledProcessError):
+            subprocess.run(
+                ["git", "-C", str(REPO), "worktree", "remove", "--force", str(tree)],
+                check=True,
+                capture_output=True,
+            )
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -94,13 +105,7 @@ def main() -> int:
         finally:
             for child, _ in servers.values():
                 child.stop()
-            for tree in trees:
-                with contextlib.suppress(subprocess.CalledProcessError):
-                    subprocess.run(
-                        ["git", "-C", str(REPO), "worktree", "remove", "--force", str(tree)],
-                        check=True,
-                        capture_output=True,
-                    )
+            remove(trees)
     return 0
 
 
