@@ -357,13 +357,13 @@ prompts:
 
 def test_import_paths_that_import_something_are_refused_naming_the_file_and_why(tmp_path: Path) -> None:
     (tmp_path / "config.yml").write_text(MODELS, encoding="utf-8")
-    (tmp_path / "imports.yml").write_text("import_paths:\n  - ../shared_rails\n", encoding="utf-8")
+    (tmp_path / "imports.yml").write_text("import_paths:\n  - ../other_rails\n", encoding="utf-8")
     with pytest.raises(ConfigError) as info:
         RailsConfig.from_path(tmp_path)
     message = str(info.value)
     assert message.startswith(
         f"{tmp_path / 'imports.yml'}: import_paths: NeMo Guardrails would import the config packages "
-        "'../shared_rails' (their Colang flows, YAML and Python actions) into this config; guardcache "
+        "'../other_rails' (their Colang flows, YAML and Python actions) into this config; guardcache "
         "cannot import NeMo config packages"
     )
     assert "remove import_paths" in message
