@@ -399,19 +399,6 @@ class _Connection(asyncio.Protocol):
         else:
             self.close()
 
-    def readable(self) -> bool:
-        """Whether bytes (or the end) wait unread on the socket of this idle connection: a
-        response nobody asked for (a server's 408 before it closes, a buggy proxy's second
-        answer) that the event loop has not delivered yet. Such a connection is closed instead of
-        reused, or those bytes would be read as the next request's answer. One poll, no wait."""
-        if self.fd < 0:
-            return False
-        try:
-            ready, _, _ = select.select((self.fd,), (), (), 0)
-        except (OSError, ValueError):
-            return True
-        return bool(ready)
-
     def close(self) -> None:
         self._cancel_timer()
         if not self.closed:
@@ -609,7 +596,10 @@ class H1Lane:
             if now - conn.idle_since > self.keepalive_expiry:
                 conn.close()
                 continue
-            # Inlined ``conn.readable()`` (one poll, the hot path of every reused call).
+            # Bytes (or the end) waiting unread on an idle connection are a response nobody asked
+            # for (a server's 408 before it closes, a buggy proxy's second answer) that the event
+            # loop has not delivered yet: reused, the connection would hand them to the next request
+            # as its answer. One poll, no wait, on every reused call.
             try:
                 stray = conn.fd >= 0 and bool(_select((conn.fd,), (), (), 0)[0])
             except (OSError, ValueError):
