@@ -13,6 +13,7 @@ from typing import Any, NamedTuple, TypeVar
 
 from guardcache.llm.records import LLMCallInfo
 from guardcache.llm.types import Usage
+from guardcache.tracing import error_class
 
 
 @dataclass(frozen=True, slots=True)
@@ -169,9 +170,12 @@ def _intern(table: dict[T, T], value: T) -> T:
 class RailResult(NamedTuple):
     """The outcome of one rail for one turn, as the runtime and ``check_async`` report it.
 
-    ``error`` is set when the check itself failed (backend down, unparseable output) and the rail's
-    ``on_error`` policy decided ``allowed`` instead of the model. A NamedTuple (immutable, and ~4x
-    cheaper to build than a frozen dataclass) because one is made per rail per turn, hits included.
+    ``error`` is set exactly when the rail got **no verdict** (:attr:`no_verdict`): the guard was
+    unreachable, slow, misconfigured, declined to judge, answered something that is no verdict, or
+    could not be asked about this input. ``allowed`` is then what the rail's rules decided instead
+    of a model: ``on_error`` for an outage, a block for everything else. A NamedTuple (immutable,
+    and ~4x cheaper to build than a frozen dataclass) because one is made per rail per turn, hits
+    included; what is derived from ``error`` is a property, so a verdict costs nothing more.
     """
 
     flow: str
@@ -180,6 +184,21 @@ class RailResult(NamedTuple):
     from_cache: bool = False
     duration: float = 0.0
     error: str | None = None
+
+    @property
+    def no_verdict(self) -> bool:
+        """Whether the rail decided without a verdict (see the class docstring): an allowed rail
+        with no verdict was let through by ``on_error: allow``, not judged safe."""
+        return self.error is not None
+
+    @property
+    def error_kind(self) -> str | None:
+        """The failure's class (``BackendTimeoutError``, ``BackendRefusedConfigError``,
+        ``BackendDeclinedError``, ``ParseError`` for an answer that is no verdict...), None with a
+        verdict: a bounded set of names, fit for a metric label or a client's switch, where
+        ``error`` is a message."""
+        error = self.error
+        return None if error is None else error_class(error)
 
 
 __all__ = ["CachedCheck", "RailResult", "Verdict"]

@@ -14,7 +14,9 @@ What decides a rail, in order:
   decided by the explicit policy, ``block`` (fail closed, the default) or ``allow``;
 - a bug (any other exception): blocked, and logged with its traceback.
 Nothing of a failure is cached, the failure is logged without user text, and the turn still gets
-a reply.
+a reply. Every decision but a verdict carries its failure in ``RailResult.error``
+(``RailResult.no_verdict``), so no caller can take an outage let through for a safe verdict, or a
+guard that could not answer for an unsafe one.
 """
 
 from __future__ import annotations

@@ -10,8 +10,28 @@ from guardcache.llm.records import ExplainInfo, LLMCallInfo
 REFUSAL = "I'm sorry, I can't respond to that."
 
 
+#: ``CheckResult.reason`` of a turn blocked by a rail's verdict (the guard judged the text).
+VERDICT = "verdict"
+#: ``CheckResult.reason`` of a turn blocked by a rail that got no verdict (nothing judged the text).
+NO_VERDICT = "no_verdict"
+
+#: ``CheckResult.outcome`` values: every rail answered and allowed; a verdict blocked; a rail with
+#: no verdict blocked; no rail blocked but at least one passed without a verdict (``on_error: allow``).
+ALLOWED = "allowed"
+BLOCKED_VERDICT = "blocked_verdict"
+BLOCKED_NO_VERDICT = "blocked_no_verdict"
+PASSED_NO_VERDICT = "passed_no_verdict"
+OUTCOMES = (ALLOWED, BLOCKED_VERDICT, BLOCKED_NO_VERDICT, PASSED_NO_VERDICT)
+
+
 class CheckResult(NamedTuple):
-    """The verdicts of the rails that ran for some messages (``check_async``); immutable."""
+    """The verdicts of the rails that ran for some messages (``check_async``); immutable.
+
+    Why :attr:`no_verdict`, :attr:`reason` and :attr:`outcome`: ``allowed`` alone makes an outage
+    under ``on_error: allow`` look like a safe verdict and a guard that could not answer look like
+    an unsafe one. They are derived from the rails' results (properties, nothing stored), and cost
+    a loop over the results without allocating when every rail answered.
+    """
 
     input: tuple[RailResult, ...] = ()
     output: tuple[RailResult, ...] = ()
@@ -25,6 +45,59 @@ class CheckResult(NamedTuple):
         """The first rail that blocked, if any."""
         return next((r for r in (*self.input, *self.output) if not r.allowed), None)
 
+    @property
+    def no_verdict(self) -> tuple[str, ...]:
+        """The flows that got no verdict (``RailResult.no_verdict``), input rails first, each once
+        (a streamed answer checked in windows runs a rail per window), in the order they ran;
+        ``()`` when every rail answered."""
+        for r in self.input:  # two plain loops: the hot path (every rail answered) makes nothing
+            if r.error is not None:
+                return _flows_without_verdict(self)
+        for r in self.output:
+            if r.error is not None:
+                return _flows_without_verdict(self)
+        return ()
+
+    @property
+    def reason(self) -> str | None:
+        """Why the rails blocked: ``"verdict"`` (a guard judged the text not allowed) or
+        ``"no_verdict"`` (the blocking rail got no verdict: nothing judged the text); None when
+        nothing blocked."""
+        for r in self.input:
+            if not r.allowed:
+                return VERDICT if r.error is None else NO_VERDICT
+        for r in self.output:
+            if not r.allowed:
+                return VERDICT if r.error is None else NO_VERDICT
+        return None
+
+    @property
+    def outcome(self) -> str:
+        """One of :data:`OUTCOMES`: ``allowed`` (every rail answered, none blocked),
+        ``blocked_verdict``, ``blocked_no_verdict`` (the blocking rail's, as :attr:`reason`), or
+        ``passed_no_verdict`` (nothing blocked, and a rail was let through by ``on_error: allow``
+        without a verdict)."""
+        no_verdict = False
+        for r in self.input:
+            if not r.allowed:
+                return BLOCKED_VERDICT if r.error is None else BLOCKED_NO_VERDICT
+            if r.error is not None:
+                no_verdict = True
+        for r in self.output:
+            if not r.allowed:
+                return BLOCKED_VERDICT if r.error is None else BLOCKED_NO_VERDICT
+            if r.error is not None:
+                no_verdict = True
+        return PASSED_NO_VERDICT if no_verdict else ALLOWED
+
+
+def _flows_without_verdict(checks: CheckResult) -> tuple[str, ...]:
+    flows: dict[str, None] = {}
+    for r in (*checks.input, *checks.output):
+        if r.error is not None:
+            flows[r.flow] = None
+    return tuple(flows)
+
 
 class TurnInfo:
     """One turn: every LLM call made or served from a cache, and each rail's result."""
@@ -37,6 +110,17 @@ class TurnInfo:
 
     def __repr__(self) -> str:
         return f"TurnInfo(explain={self.explain!r}, checks={self.checks!r})"
+
+    @property
+    def no_verdict(self) -> tuple[str, ...]:
+        """The flows that got no verdict this turn (``checks.no_verdict``); ``()`` if none."""
+        return self.checks.no_verdict
+
+    @property
+    def reason(self) -> str | None:
+        """Why the turn was blocked, ``"verdict"`` or ``"no_verdict"`` (``checks.reason``); None if
+        it was not."""
+        return self.checks.reason
 
     @property
     def llm_calls(self) -> list[LLMCallInfo]:
@@ -69,9 +153,22 @@ class TurnInfo:
         for r in (*self.checks.input, *self.checks.output):
             state = "allowed" if r.allowed else "BLOCKED"
             cats = f" ({', '.join(r.categories)})" if r.categories else ""
-            err = f" [error: {r.error}]" if r.error else ""
+            err = f" [no verdict: {r.error}]" if r.error is not None else ""
             lines.append(f"  rail {r.flow}: {state}{cats}{err}")
+        if self.checks.outcome != ALLOWED:
+            lines.append(f"  outcome: {self.checks.outcome}")
         return "\n".join(lines)
 
 
-__all__ = ["REFUSAL", "CheckResult", "TurnInfo"]
+__all__ = [
+    "ALLOWED",
+    "BLOCKED_NO_VERDICT",
+    "BLOCKED_VERDICT",
+    "NO_VERDICT",
+    "OUTCOMES",
+    "PASSED_NO_VERDICT",
+    "REFUSAL",
+    "VERDICT",
+    "CheckResult",
+    "TurnInfo",
+]

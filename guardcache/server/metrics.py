@@ -7,7 +7,8 @@ Two sources, never a second bookkeeping of the same thing:
   ``Redis Tier Statistics`` line). Nothing is counted twice, so nothing can drift.
 - **Turns** are observed once each, when the turn ends, from its own record (the ``TurnInfo`` a
   ``GuardedStream`` holds): checks by rail and verdict, backend-call latency by task, check errors
-  by kind, the turn's latency and outcome, tallied in plain dicts (see :class:`_Family`) and
+  by kind, the turn's latency and outcome, answered turns by what decided them (a verdict, or the
+  lack of one: ``guardcache_turns_total``), tallied in plain dicts (see :class:`_Family`) and
   exposed at scrape time. Requests in flight are the middleware's own count, read at scrape time.
 
 Metrics are per process: with ``--workers N`` each worker answers a scrape with its own numbers.
@@ -27,6 +28,7 @@ from prometheus_client.registry import Collector
 from prometheus_client.utils import floatToGoString
 
 from guardcache.cache import CacheInterface
+from guardcache.rails.turn import ALLOWED, BLOCKED_NO_VERDICT, BLOCKED_VERDICT, PASSED_NO_VERDICT
 
 #: metric name (``guardcache_cache_<name>_total``) -> (key of ``get_stats()``, help)
 CACHE_COUNTERS = {
@@ -188,6 +190,9 @@ class _Family:
         return histogram
 
 
+_ANSWERED = frozenset({"allowed", "blocked_input", "blocked_output"})
+"""The route outcomes of turns the rails decided (``guardcache_turns_total`` counts these)."""
+
 _CONNECTION_REFUSALS: dict[tuple[str, ...], int] = {}
 
 
@@ -251,8 +256,18 @@ class ServerMetrics:
         self.check_errors = _Family(
             "counter",
             "guardcache_check_errors",
-            "Checks that got no verdict (decided by on_error or blocked), by rail and error kind.",
+            "Checks that got no verdict (decided by on_error or blocked), by rail and error kind "
+            "(the failure's class; ParseError for an answer that is no verdict).",
             ("config", "rail", "kind"),
+        )
+        self.turns = _Family(
+            "counter",
+            "guardcache_turns",
+            "Turns answered (allowed or refused; not a main-model failure or a client that left), by "
+            "what decided them: allowed (every rail answered), blocked_verdict, blocked_no_verdict "
+            "(the blocking rail got no verdict), passed_no_verdict (nothing blocked, and a rail "
+            "without a verdict was let through by on_error: allow).",
+            ("config", "outcome"),
         )
         self.backend_latency = _Family(
             "histogram",
@@ -291,6 +306,7 @@ class ServerMetrics:
             ("reason",),
         )
         families = [
+            self.turns,
             self.checks,
             self.check_errors,
             self.backend_latency,
@@ -311,18 +327,31 @@ class ServerMetrics:
         seconds: float,
         first_piece: float | None = None,
     ) -> None:
-        """Count one finished turn from its record (``TurnInfo``)."""
+        """Count one finished turn from its record (``TurnInfo``). ``outcome`` is the route's
+        (``allowed``, ``blocked_input``, ``blocked_output``, ``main_error``, ``client_left``): an
+        answered turn is also counted by what decided it (``checks.outcome``)."""
         checks = turn.checks
+        decided = None  # what decided the turn (CheckResult.outcome), found in the same walk
+        no_verdict = False
         for direction, results in (("input", checks.input), ("output", checks.output)):
             for result in results:
-                verdict = "allowed" if result.allowed else "blocked"
                 cached = "true" if result.from_cache else "false"
-                self.checks.inc((config_id, result.flow, direction, verdict, cached))
+                if result.allowed:
+                    self.checks.inc((config_id, result.flow, direction, "allowed", cached))
+                else:
+                    self.checks.inc((config_id, result.flow, direction, "blocked", cached))
+                    if decided is None:
+                        decided = BLOCKED_VERDICT if result.error is None else BLOCKED_NO_VERDICT
                 if result.error is not None:
-                    kind = result.error.split(":", 1)[0]
+                    no_verdict = True
+                    kind = result.error_kind
                     self.check_errors.inc((config_id, result.flow, kind))
                     if kind.startswith("Backend"):
                         self.backend_errors.inc((config_id, result.flow, kind))
+        if outcome in _ANSWERED:
+            if decided is None:
+                decided = PASSED_NO_VERDICT if no_verdict else ALLOWED
+            self.turns.inc((config_id, decided))
         latency = self.backend_latency
         for call in turn.explain.llm_calls:
             if not call.cancelled:

@@ -3,9 +3,12 @@
 - ``POST /v1/chat/completions``: one guarded turn, plain or ``stream: true`` (SSE chunks ending with
   ``data: [DONE]``). A blocked turn is a normal assistant message holding the refusal, with
   ``finish_reason: "content_filter"``, ``"guardcache": {"blocked": true, "rail": ..., "direction":
-  ...}`` in the body (streams: in the last chunk) and the header ``X-Guardcache-Blocked: input`` or
-  ``output`` when the block is known before the first byte (always for input rails; for output
-  rails unless a streamed answer is blocked after text was sent).
+  ..., "reason": "verdict"|"no_verdict"}`` in the body (streams: in the last chunk) and the header
+  ``X-Guardcache-Blocked: input`` or ``output`` when the block is known before the first byte
+  (always for input rails; for output rails unless a streamed answer is blocked after text was
+  sent). Any turn, blocked or not, whose rails got no verdict for some flows lists them:
+  ``"no_verdict": [flow, ...]`` in the body and ``X-Guardcache-No-Verdict: flow, ...`` (those known
+  before the first byte); neither is there when every rail answered.
 - ``GET /v1/models``; ``GET /v1/rails/configs`` (NeMo's server); ``GET /health/live``,
   ``GET /health/ready`` (the cached result of ``server/readiness.py``'s probes); ``GET /metrics``
   (Prometheus).
@@ -18,6 +21,7 @@ import logging
 import time
 from collections.abc import AsyncIterator, Mapping
 from typing import TYPE_CHECKING, Any
+from urllib.parse import quote
 
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from starlette.requests import ClientDisconnect, Request
@@ -100,22 +104,22 @@ class Handlers:
                 await stream.aclose()
                 return self._failed(config_id, exc, started, "plain")
             self._observe(config_id, stream, started, "plain")
+            no_verdict = stream.turn.checks.no_verdict
             body = completion_body(
                 completion_id(),
                 model,
                 text,
                 stream.finish_reason,
                 stream.usage,
-                _extension(stream, config_id),
+                _extension(stream, config_id, no_verdict),
             )
-            headers = {"X-Guardcache-Blocked": stream.blocked} if stream.blocked else None
-            return json_response(body, headers=headers)
+            return json_response(body, headers=_headers(stream, no_verdict))
         try:
             first = await _first(stream)
         except BaseException as exc:
             await stream.aclose()
             return self._failed(config_id, exc, started, "stream")
-        headers = {"X-Guardcache-Blocked": stream.blocked} if stream.blocked else None
+        headers = _headers(stream, stream.turn.checks.no_verdict)
         events = self._events(config_id, model, stream, first, chat.include_usage, started)
         return EventStream(events, headers)
 
@@ -171,7 +175,8 @@ class Handlers:
     @staticmethod
     def _tail(writer: ChunkWriter, stream: GuardedStream, config_id: str, include_usage: bool) -> bytes:
         """The last events: the finish reason with guardcache's extension, usage if asked, [DONE]."""
-        tail = writer.final(stream.finish_reason or "stop", _extension(stream, config_id))
+        extension = _extension(stream, config_id, stream.turn.checks.no_verdict)
+        tail = writer.final(stream.finish_reason or "stop", extension)
         return tail + writer.usage(stream.usage) + DONE if include_usage else tail + DONE
 
     def _observe(self, config_id: str, stream: GuardedStream, started: float, mode: str) -> None:
@@ -278,10 +283,41 @@ async def _first(stream: GuardedStream) -> str | None:
         return None
 
 
-def _extension(stream: GuardedStream, config_id: str) -> dict[str, Any]:
+def _extension(stream: GuardedStream, config_id: str, no_verdict: tuple[str, ...]) -> dict[str, Any]:
+    """The ``guardcache`` object of an answer. ``no_verdict`` (the turn's ``checks.no_verdict``)
+    appears only when a rail got no verdict, so a turn whose rails all answered has the shape it
+    always had and costs nothing more."""
     if stream.blocked is None:
-        return {"blocked": False, "config_id": config_id}
-    return {"blocked": True, "direction": stream.blocked, "rail": stream.rail, "config_id": config_id}
+        if not no_verdict:
+            return {"blocked": False, "config_id": config_id}
+        return {"blocked": False, "no_verdict": list(no_verdict), "config_id": config_id}
+    extension = {
+        "blocked": True,
+        "direction": stream.blocked,
+        "rail": stream.rail,
+        "reason": stream.turn.checks.reason,
+        "config_id": config_id,
+    }
+    if no_verdict:
+        extension["no_verdict"] = list(no_verdict)
+    return extension
+
+
+NO_VERDICT_HEADER = "X-Guardcache-No-Verdict"
+_HEADER_SAFE = " !\"#$&'()*+/:;<=>?@[\\]^`{|}"
+"""What a flow keeps as it is in the header: printable ASCII but the list's separator (",") and the
+escape ("%"); anything else is percent-encoded, so any flow name makes a valid, splittable header."""
+
+
+def _headers(stream: GuardedStream, no_verdict: tuple[str, ...]) -> dict[str, str] | None:
+    """``X-Guardcache-Blocked`` when blocked, ``X-Guardcache-No-Verdict`` when a rail got no
+    verdict (its flows, ``", "``-separated); None (no dict) when neither."""
+    if stream.blocked is None and not no_verdict:
+        return None
+    headers = {"X-Guardcache-Blocked": stream.blocked} if stream.blocked else {}
+    if no_verdict:
+        headers[NO_VERDICT_HEADER] = ", ".join(quote(flow, safe=_HEADER_SAFE) for flow in no_verdict)
+    return headers
 
 
 def _outcome(stream: GuardedStream) -> str:
@@ -298,6 +334,7 @@ def reject_reason(exc: RequestError) -> str:
 
 
 __all__ = [
+    "NO_VERDICT_HEADER",
     "Handlers",
     "JSONResponse",
     "error_response",

@@ -299,9 +299,11 @@ async def test_an_input_block_is_a_normal_refusal_marked_in_the_body_and_a_heade
         "blocked": True,
         "direction": "input",
         "rail": INPUT_FLOW,
+        "reason": "verdict",
         "config_id": "shop",
     }
     assert raw.headers["x-guardcache-blocked"] == "input"
+    assert "x-guardcache-no-verdict" not in raw.headers  # the guard answered
     assert main.stats().requests_by_endpoint.get("chat.completions", 0) == calls_before  # never asked
     metrics = served.metrics()
     assert (

@@ -127,6 +127,7 @@ async def test_a_block_mid_stream_ends_the_stream_with_the_refusal(
             "blocked": True,
             "direction": "output",
             "rail": OUTPUT_FLOW,
+            "reason": "verdict",
             "config_id": "w",
         }
         metrics = server.metrics()
