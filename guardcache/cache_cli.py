@@ -51,6 +51,7 @@ def register(subparsers: Any) -> None:
             "Inspect or clear the Redis tier (cache.store: redis) of each model's verdict cache. "
             "Connects with the models' cache.redis settings; iterates with SCAN, never KEYS."
         ),
+        epilog="Exit status: 0 done, 1 Redis did not answer, 2 a usage or config error.",
     )
     parser.set_defaults(func=lambda _args: _usage(parser))
     actions = parser.add_subparsers(dest="cache_action", metavar="ACTION")
@@ -242,16 +243,23 @@ def _print_model(s: dict[str, Any]) -> None:
     )
 
 
-def _fail(message: str) -> int:
+def _fail(message: str, code: int = 1) -> int:
+    """Print ``message`` and return ``code``: 1 when Redis failed at run time, 2 (``_usage_error``)
+    when nothing was asked of Redis because the command line or the config is wrong, the
+    convention of every ``guardcache`` command (``check`` exits 2 on those too)."""
     print(f"guardcache cache: {message}", file=sys.stderr)
-    return 1
+    return code
+
+
+def _usage_error(message: str) -> int:
+    return _fail(message, 2)
 
 
 def run_stats(args: argparse.Namespace) -> int:
     try:
         found = targets(args.config, args.model)
     except ConfigError as exc:
-        return _fail(str(exc))
+        return _usage_error(str(exc))
     report: dict[str, Any] = {"models": [], "prefixes": {}}
     try:
         for target in found:
@@ -277,11 +285,11 @@ def run_stats(args: argparse.Namespace) -> int:
 
 def run_clear(args: argparse.Namespace) -> int:
     if bool(args.model) == bool(args.all):
-        return _fail("clear needs exactly one of --model TYPE (one model) or --all (the whole prefix)")
+        return _usage_error("clear needs exactly one of --model TYPE (one model) or --all (the whole prefix)")
     try:
         found = targets(args.config, args.model)
     except ConfigError as exc:
-        return _fail(str(exc))
+        return _usage_error(str(exc))
     deleted: dict[str, int] = {}
     try:
         for target in found:

@@ -6,8 +6,9 @@ import argparse
 import asyncio
 import logging
 import textwrap
+from collections.abc import Callable
 
-from guardcache.demo.report import render_log_lines, render_table
+from guardcache.demo.report import p95_note, render_log_lines, render_refusals, render_table
 from guardcache.demo.runner import CONFIG_DIR, STATS_LOGGER, PassResult, percentile, run_demo
 from guardcache.demo.workload import build_workload, counts
 
@@ -29,14 +30,25 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     # one (every turn makes five backend calls, the client and the four NIMs share the cores); more
     # turns in flight only adds CPU queueing to every turn's latency, hiding the NIM latency the
     # hit/miss split is about.
-    p.add_argument("--turns", type=int, default=1500, help="chat turns per pass (default 1500)")
-    p.add_argument("--concurrency", type=int, default=16, help="turns in flight at once (default 16)")
-    p.add_argument("--alpha", type=float, default=0.99, help="Zipf exponent of message repetition")
-    p.add_argument("--unique", type=float, default=0.25, help="share of never-repeated messages")
+    p.add_argument("--turns", type=_bounded(int, 1), default=1500, help="chat turns per pass (default 1500)")
     p.add_argument(
-        "--time-scale", type=float, default=1.0, help="emulated latency scale: 1 realistic, 0 none"
+        "--concurrency", type=_bounded(int, 1), default=16, help="turns in flight at once (default 16)"
     )
-    p.add_argument("--log-interval", type=float, default=5.0, help="seconds between cache stats lines")
+    p.add_argument(
+        "--alpha", type=_bounded(float, 0), default=0.99, help="Zipf exponent of message repetition"
+    )
+    p.add_argument(
+        "--unique", type=_bounded(float, 0, 1), default=0.25, help="share of never-repeated messages"
+    )
+    p.add_argument(
+        "--time-scale",
+        type=_bounded(float, 0),
+        default=1.0,
+        help="emulated latency scale: 1 realistic, 0 none",
+    )
+    p.add_argument(
+        "--log-interval", type=_bounded(float, 1e-3), default=5.0, help="seconds between cache stats lines"
+    )
     p.add_argument("--seed", type=int, default=0, help="workload seed")
     p.add_argument(
         "--in-process",
@@ -44,6 +56,21 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         help="serve the emulators from this process's event loop instead of child processes",
     )
     p.set_defaults(func=run)
+
+
+def _bounded(kind: type[int] | type[float], low: float, high: float | None = None) -> Callable[[str], float]:
+    """An argparse type: a value out of range is a usage error (exit 2, naming the flag), not a
+    traceback from deep in the emulator or the config, nor a pass of zero turns that prints a table."""
+
+    def parse(text: str) -> float:
+        value = kind(text)
+        if value < low or (high is not None and value > high):
+            span = f">= {low:g}" if high is None else f"between {low:g} and {high:g}"
+            raise argparse.ArgumentTypeError(f"must be {span}, not {text}")
+        return value
+
+    parse.__name__ = kind.__name__  # argparse names the type in its "invalid ... value" message
+    return parse
 
 
 def run(args: argparse.Namespace) -> int:
@@ -78,7 +105,11 @@ def run(args: argparse.Namespace) -> int:
     print()
     print(render_table((off, on, early)))
     print()
+    print(render_refusals(on))
+    print()
     print(closing(on, early))
+    print()
+    print(p95_note(off, on))
     print("\nCache stats log lines (caching on pass), by model:")
     print(render_log_lines(on))
     return 0

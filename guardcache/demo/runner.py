@@ -25,7 +25,15 @@ import yaml
 
 from guardcache.checks.verdict import RailResult
 from guardcache.config import RailsConfig
-from guardcache.demo.turns import PATHS, MainWork, check_path, main_call_seconds, main_work_on_block
+from guardcache.demo.turns import (
+    PATHS,
+    MainWork,
+    Refusal,
+    check_path,
+    main_call_seconds,
+    main_work_on_block,
+    refusal,
+)
 from guardcache.demo.workload import Turn
 from guardcache.emulator import EmulatorConfig, EmulatorProcess, EmulatorServer, LatencyConfig
 from guardcache.rails import LLMRails
@@ -122,6 +130,7 @@ class PassResult:
     hits: dict[str, int] = field(default_factory=dict)  # per guard model; empty with caching off
     misses: dict[str, int] = field(default_factory=dict)
     log_lines: list[tuple[str, str]] = field(default_factory=list)  # (model type, stats line)
+    refusals: dict[str, Refusal] = field(default_factory=dict)  # per rail (RAILS): its first refused turn
 
     def pct(self, q: float) -> float:
         return percentile(self.latencies, q) or 0.0
@@ -301,6 +310,7 @@ async def _replay(
     turn_paths: list[str] = [""] * len(workload)
     main_seconds: list[float] = []
     work: list[MainWork] = []
+    refusals: dict[str, Refusal] = {}
     failed = 0
     queue = iter(enumerate(workload))
 
@@ -308,7 +318,7 @@ async def _replay(
         nonlocal failed
         for index, turn in queue:
             t0 = time.perf_counter()
-            await rails.generate_async(messages=[{"role": "user", "content": turn.text}])
+            reply = await rails.generate_async(messages=[{"role": "user", "content": turn.text}])
             elapsed = time.perf_counter() - t0
             latencies.append(elapsed)
             record = rails.explain()  # this turn's: nothing ran between its end and here
@@ -319,6 +329,9 @@ async def _replay(
             refused_turns[index] = rail
             if rail is not None:
                 refused[rail] = refused.get(rail, 0) + 1
+                shown, seen = refusals.get(rail), refusal(index, turn.text, reply["content"], record)
+                if seen is not None and (shown is None or index < shown.position):  # the workload's first
+                    refusals[rail] = seen
             failed += sum(r.error is not None for r in (*checks.input, *checks.output))
             main = main_call_seconds(record)
             if main is not None:
@@ -352,6 +365,7 @@ async def _replay(
         main_tokens=main_stats.prompt_tokens + main_stats.completion_tokens,
         main_abandoned=main_stats.abandoned_requests,
         main_abandoned_tokens=main_stats.abandoned_prompt_tokens + main_stats.abandoned_completion_tokens,
+        refusals=refusals,
     )
 
 

@@ -18,7 +18,8 @@ left no result and do not count (the turn's time was decided by the rails that a
 
 The main model's work on blocked turns is read from the same record: a main call started early and
 cancelled by an input block (``LLMCallInfo.cancelled``), or one that finished before the block came
-and was thrown away (its tokens are in its record).
+and was thrown away (its tokens are in its record). So is a refused turn's verdict (``Refusal``):
+counts alone never show a user what a refusal looks like.
 """
 
 from __future__ import annotations
@@ -75,6 +76,27 @@ def main_work_on_block(turn: TurnInfo) -> MainWork:
     return MainWork(cancelled, seconds, discarded, tokens)
 
 
+class Refusal(NamedTuple):
+    """One refused turn as its user saw it, for the demo to show next to the counts: the message,
+    the reply the rails gave instead of an answer, and the verdict of the rail that refused it (from
+    the turn's record, so what is printed is what happened, not what the workload expected)."""
+
+    position: int  # the turn's index in the workload (the demo shows the first of each rail)
+    text: str
+    reply: str
+    flow: str
+    categories: tuple[str, ...]
+    from_cache: bool  # the refusing verdict was a cache hit
+
+
+def refusal(position: int, text: str, reply: str, turn: TurnInfo) -> Refusal | None:
+    """The refusal of a turn whose rails blocked it; None when the turn was allowed."""
+    blocked = turn.checks.blocked_by
+    if blocked is None:
+        return None
+    return Refusal(position, text, reply, blocked.flow, blocked.categories, blocked.from_cache)
+
+
 def main_call_seconds(turn: TurnInfo) -> float | None:
     """How long the turn's main call took, when it ran to its answer (None otherwise)."""
     for call in turn.llm_calls:
@@ -88,8 +110,10 @@ __all__ = [
     "PATHS",
     "MainWork",
     "Path",
+    "Refusal",
     "check_path",
     "input_blocked",
     "main_call_seconds",
     "main_work_on_block",
+    "refusal",
 ]

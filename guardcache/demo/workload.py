@@ -149,7 +149,12 @@ def build_workload(
     turns: int, *, alpha: float = 0.99, unique_share: float = 0.25, seed: int = 0
 ) -> list[Turn]:
     """``turns`` messages: ``unique_share`` one-offs, the rest drawn Zipf(alpha) from the pool; about
-    one repeat in twenty differs only by whitespace (normalization makes it a hit too)."""
+    one repeat in twenty differs only by whitespace (normalization makes it a hit too).
+
+    At least one turn is ``unsafe``: the demo shows a refused turn, and a short run (``--turns 20``)
+    may draw none, the unsafe messages being a few percent of the draws. The middle turn then becomes
+    the most popular unsafe message; a workload that drew one is left as drawn.
+    """
     rnd = random.Random(seed)
     pool = message_pool_kinds()
     weights = zipf_weights(len(pool), alpha)
@@ -165,6 +170,9 @@ def build_workload(
             if kind == "cut_reply":
                 kind = "safe"  # the extra space moves the cut: the reply ends in a harmless fragment
         out.append(Turn(text, unique=False, kind=kind))
+    if out and not any(t.kind == "unsafe" for t in out):
+        most_popular = next(text for text, kind in pool if kind == "unsafe")
+        out[len(out) // 2] = Turn(most_popular, unique=False, kind="unsafe")
     return out
 
 

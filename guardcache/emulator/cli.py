@@ -32,6 +32,12 @@ DESCRIPTION = (
     "policy (--policy)."
 )
 
+DEFAULT_PORT = 8001
+"""Where ``guardcache emulate`` listens without ``--port``: the port every example config (and the
+README's) gives the NemoGuard content-safety NIM. Not 8000: that is the main model's port in those
+configs (a NIM container's own port), and a real main model there must not collide with the
+emulator; nor ``guardcache serve``'s default (8080), so the two run side by side as they are."""
+
 # flag dest -> (config section or None, field)
 _FIELDS: dict[str, tuple[str | None, str]] = {
     "host": (None, "host"),
@@ -70,7 +76,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     src.add_argument("--config-json", metavar="JSON", help="an EmulatorConfig as one JSON document")
     net = p.add_argument_group("server")
     net.add_argument("--host", help="address to bind (default 127.0.0.1)")
-    net.add_argument("--port", type=int, help="port to bind; 0 picks a free one (default 8000)")
+    net.add_argument(
+        "--port",
+        type=int,
+        help=f"port to bind; 0 picks a free one (default {DEFAULT_PORT}: the content-safety NIM's port "
+        "in the example configs)",
+    )
     net.add_argument("--model", help="model name reported by /v1/models and in responses")
     net.add_argument(
         "--api-key", help="require 'Authorization: Bearer KEY' on /v1 inference routes (chat, classify)"
@@ -144,7 +155,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 def register(subparsers: Any) -> None:
     """Add ``emulate`` to the ``guardcache`` command."""
     parser = subparsers.add_parser(
-        "emulate", help="serve the NemoGuard NIM emulator", description=DESCRIPTION
+        "emulate",
+        help="serve the NemoGuard NIM emulator",
+        description=DESCRIPTION,
+        epilog="Exit status: 0 after a clean stop (Ctrl-C, SIGTERM), 1 if it cannot listen (the port "
+        "is taken), 2 on a usage or config error.",
     )
     add_arguments(parser)
     parser.set_defaults(func=run, log_level="info")
@@ -178,7 +193,7 @@ def build_config(args: argparse.Namespace) -> EmulatorConfig:
         else:
             sections.setdefault(section, {})[name] = value
     if not explicit_port and "port" not in top:
-        top["port"] = 8000
+        top["port"] = DEFAULT_PORT
     return base.merged(**top, **sections)
 
 

@@ -9,6 +9,12 @@ from collections.abc import Callable
 
 from guardcache.errors import ConfigError
 
+DEFAULT_PORT = 8080
+"""Where ``guardcache serve`` listens without ``--port``. Not 8000: that is where the example configs
+(and a NIM or vLLM container) put the main model this server sits in front of; nor 8001-8003, the
+guard NIMs' ports there, where ``guardcache emulate`` listens by default (8001): the server, its main
+model and the emulator run side by side on their defaults."""
+
 
 def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = sub.add_parser(
@@ -18,12 +24,18 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
             "Serves POST /v1/chat/completions (plain and streaming), GET /v1/models, "
             "GET /v1/rails/configs, GET /health/live, GET /health/ready and GET /metrics. "
             "--config is a config (file or folder) or a folder of configs, one per subfolder, "
-            "selected by the request's config_id as NeMo Guardrails' server does."
+            "selected by the request's config_id as NeMo Guardrails' server does. Exit status: 0 after "
+            "a clean stop, 1 if it cannot listen (the port is taken), 2 on a usage or config error."
         ),
     )
     p.add_argument("--config", required=True, help="a config file or folder, or a folder of config folders")
     p.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1)")
-    p.add_argument("--port", type=int, default=8000, help="port to bind (default 8000; 0: any free port)")
+    p.add_argument(
+        "--port",
+        type=int,
+        default=DEFAULT_PORT,
+        help=f"port to bind (default {DEFAULT_PORT}; 0: any free port)",
+    )
     p.add_argument(
         "--workers",
         type=int,

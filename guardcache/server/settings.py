@@ -60,7 +60,7 @@ class ServeSettings:
 
     config: str
     host: str = "127.0.0.1"
-    port: int = 8000
+    port: int = 8080  # guardcache serve's default (server/cli.py DEFAULT_PORT: why not 8000)
     workers: int = 1
     api_key_env: str | None = None
     max_body_bytes: int = 1 << 20

@@ -10,8 +10,9 @@ import re
 
 import pytest
 
+from guardcache import REFUSAL
 from guardcache.demo import cli
-from guardcache.demo.report import PATH_LABELS, render_log_lines, render_table
+from guardcache.demo.report import PATH_LABELS, p95_note, render_log_lines, render_refusals, render_table
 from guardcache.demo.runner import ENDPOINTS, GUARDS, RAILS, PassResult, capture_stats_lines, run_demo
 from guardcache.demo.turns import PATHS, MainWork
 from guardcache.demo.workload import build_workload, counts
@@ -35,6 +36,19 @@ async def test_both_passes_report_per_model_stats_and_refusals_by_every_rail() -
     workload = build_workload(200, seed=3)
     n = counts(workload)
     off, on, early = await run_demo(workload, concurrency=16, time_scale=0, log_interval=60, in_process=True)
+
+    # Each pass keeps the workload's first refused turn of each rail, as its user saw it.
+    flows = {"content_safety": "content safety check input", "output": "content safety check output"}
+    for result in (off, on, early):
+        assert set(result.refusals) == set(RAILS)
+        for kind, rail in RAIL_OF_KIND.items():
+            first = next(i for i, t in enumerate(workload) if t.kind == kind)
+            shown = result.refusals[rail]
+            assert (shown.position, shown.text, shown.reply) == (first, workload[first].text, REFUSAL)
+            assert shown.flow.startswith(flows.get(rail, ""))
+    assert on.refusals["content_safety"].categories  # content safety names what it found
+    shown_text = render_refusals(on)
+    assert f"user: {on.refusals['content_safety'].text}" in shown_text and f"bot:  {REFUSAL}" in shown_text
 
     input_blocked = n["unsafe"] + n["off_topic"] + n["jailbreak"]
     for result in (off, on):
@@ -134,6 +148,24 @@ def test_the_cli_prints_the_table_and_each_models_stats_lines(capsys: pytest.Cap
     assert cli.HEADER in out  # how turns are sorted into hit and miss, before the table
     closing = " ".join(out[out.index("How to read it:") :].split("\n\n")[0].split())
     assert "max(input check, main call) + output check" in closing
+
+    # A refused turn is shown as its user saw it: even 60 turns hold an unsafe one.
+    assert n["unsafe"] >= 1
+    unsafe = next(t.text for t in build_workload(60, seed=0) if t.kind == "unsafe")
+    refused = out[out.index("A refused turn of each rail") :].split("\n\n")[0]
+    assert re.search(rf"content safety \(input\): +user: {re.escape(' '.join(unsafe.split()))}\n", refused)
+    assert f"bot:  {REFUSAL}  [" in refused
+
+    # Why p95 barely moves, with the numbers the table printed: p95 of all turns, and the misses
+    # (turns that are not hit turns) of the caching-on pass.
+    table = out.splitlines()
+    p95 = next(line for line in table if line.startswith("  latency p95")).split()  # all turns' row
+    hit_turns = next(line for line in table if line.startswith(PATH_LABELS["hit"])).split()
+    found = re.search(r"^(Why p95|What sets p95).*?(?=\n\n)", out, re.MULTILINE | re.DOTALL)
+    assert found, out
+    note = " ".join(found.group(0).split())
+    assert f"p95 {p95[2]} ms -> {p95[4]} ms" in note, (p95, note)
+    assert f"{60 - int(hit_turns[-2])} of 60 turns" in note, (hit_turns, note)
     for label in ("content safety:", "topic control:", "jailbreak detection:"):
         assert re.search(rf"^  {label} +LFU Cache Statistics - Size: ", out, re.MULTILINE), label
     assert len(ENDPOINTS) == 4
@@ -208,3 +240,45 @@ def test_the_table_shows_each_pass_and_ratio_columns() -> None:
     assert lines[miss + 1].split()[-4:] == ["100", "ms", "0.50x", "0.50x"]
     hit = lines.index(next(x for x in lines if x.startswith(PATH_LABELS["hit"])))
     assert lines[hit + 1].split()[-3:] == ["-", "-", "-"]  # no hit turns: no latency, no ratio
+
+
+def test_the_p95_note_says_what_the_slowest_turns_were() -> None:
+    def result(name: str, by_path: dict[str, list[float]]) -> PassResult:
+        latencies = [x for xs in by_path.values() for x in xs]
+        return PassResult(
+            name=name,
+            turns=len(latencies),
+            wall=1.0,
+            latencies=latencies,
+            calls=dict.fromkeys(ENDPOINTS, 1),
+            prompt_tokens=dict.fromkeys(GUARDS, 10),
+            cached_prompt_tokens=dict.fromkeys(GUARDS, 0),
+            refused=dict.fromkeys(RAILS, 0),
+            by_path=by_path,
+        )
+
+    off = result("caching off", {"input_miss": [0.30 + i / 10_000 for i in range(100)]})
+    # 40% misses: every turn at or above p95 is one, so p95 stays where the misses are.
+    on = result("caching on", {"hit": [0.1] * 60, "input_miss": [0.31 + i / 10_000 for i in range(40)]})
+    note = " ".join(p95_note(off, on).split())
+    assert note.startswith("Why p95 barely moves (caching off -> on: p95 310 ms -> 314 ms, 1.01x;"), note
+    assert "p50 305 ms -> 100 ms, 0.33x" in note
+    assert (
+        "40 of 100 turns (40%) still asked a NIM" in note
+        and "5 of the 5 turns at or above p95 are misses" in note
+    )
+    assert "hit turns' p95 is 100 ms" in note
+    # 2% misses: the turns at or above p95 are hits, and the note says p95 moved.
+    on = result("caching on", {"hit": [0.1 + i / 10_000 for i in range(98)], "input_miss": [0.05, 0.06]})
+    note = " ".join(p95_note(off, on).split())
+    assert note.startswith("Why p95 moves (caching off -> on: p95 310 ms -> 109 ms, 0.35x;"), note
+    assert (
+        "only 2 of 100 turns (2%) asked a NIM" in note and "5 of the 5 turns at or above p95 are hits" in note
+    )
+
+
+def test_every_workload_holds_an_unsafe_turn_to_show() -> None:
+    for turns in (1, 2, 5, 20, 60):
+        for seed in range(6):
+            workload = build_workload(turns, seed=seed)
+            assert len(workload) == turns and counts(workload)["unsafe"] >= 1, (turns, seed)

@@ -103,9 +103,9 @@ def test_clear_needs_a_model_or_all_and_names_unknown_models(
 ) -> None:
     config = write_config(tmp_path, redis_server.url)
     code, _, err = cli(capsys, "clear", "--config", str(config))
-    assert code == 1 and "--model TYPE" in err and "--all" in err
+    assert code == 2 and "--model TYPE" in err and "--all" in err  # usage error: 2, as `check`
     code, _, err = cli(capsys, "clear", "--config", str(config), "--model", "nope")
-    assert code == 1 and "content_safety, topic_control" in err
+    assert code == 2 and "content_safety, topic_control" in err
 
 
 def test_an_unreachable_redis_is_reported_not_a_traceback(

@@ -97,8 +97,9 @@ def test_help_lists_every_guard_format(capsys: pytest.CaptureFixture[str]) -> No
         assert name in text
 
 
-def test_default_port_is_8000_like_a_nim() -> None:
-    assert cli.build_config(parser().parse_args(["emulate"])).port == 8000
+def test_default_port_is_where_the_example_configs_expect_content_safety() -> None:
+    # 8001, not 8000: the example configs' main model is at 8000 (and guardcache serve at 8080).
+    assert cli.build_config(parser().parse_args(["emulate"])).port == cli.DEFAULT_PORT == 8001
 
 
 def test_flags_override_a_config_file(tmp_path: Path) -> None:

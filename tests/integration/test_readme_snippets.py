@@ -1,0 +1,90 @@
+"""The README's Python snippets run as written.
+
+Every ```python block must compile (no top-level ``await``, no placeholders), and every block not
+marked ``<!-- snippet: compile only (why) -->`` runs from the repository's root as its own process,
+against what the README tells the reader to start: ``guardcache emulate`` on its default port, and
+``guardcache serve --config examples/quickstart/config`` for a snippet that calls the server. A
+snippet holding ``async def test_...`` functions (the "Testing your app" example) runs under pytest,
+as the reader would run it.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from guardcache.server.cli import DEFAULT_PORT as SERVE_PORT
+from tests.integration.quickstart_support import ROOT, Quickstart, emulator, quickstart, run_python, server
+
+README = ROOT / "README.md"
+BLOCK = re.compile(
+    r"(?:<!-- snippet: (?P<mode>[^\n]*?) -->\n)?```python\n(?P<code>.*?)^```", re.DOTALL | re.M
+)
+
+
+@dataclass(frozen=True)
+class Snippet:
+    line: int  # of the block's first code line in README.md
+    code: str
+    mode: str  # "run", or "compile only (why)"
+
+    def __str__(self) -> str:
+        return f"README.md:{self.line}"
+
+
+def snippets() -> list[Snippet]:
+    text = README.read_text(encoding="utf-8")
+    return [
+        Snippet(text.count("\n", 0, m.start("code")) + 1, m.group("code"), m.group("mode") or "run")
+        for m in BLOCK.finditer(text)
+    ]
+
+
+SNIPPETS = snippets()
+RUNNABLE = [s for s in SNIPPETS if s.mode == "run"]
+
+
+def test_the_readme_has_the_snippets_this_file_checks() -> None:
+    assert len(SNIPPETS) == README.read_text(encoding="utf-8").count("```python") >= 6
+    assert len(RUNNABLE) >= 5  # the API, the cache, RunnableRails, the server's client, testing
+    assert all(s.mode.startswith("compile only (") for s in SNIPPETS if s not in RUNNABLE)
+
+
+@pytest.mark.parametrize("snippet", SNIPPETS, ids=str)
+def test_every_python_snippet_compiles(snippet: Snippet) -> None:
+    compile(snippet.code, str(snippet), "exec")  # top-level await is a SyntaxError here
+
+
+@pytest.fixture(scope="module")
+def started(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Quickstart]:
+    """``guardcache emulate``, as the snippets expect it (on its default port when free)."""
+    tmp = tmp_path_factory.mktemp("snippets")
+    qs = quickstart(tmp)
+    with emulator(qs, tmp / "emulate.log"):
+        yield qs
+
+
+@pytest.fixture(scope="module")
+def served(started: Quickstart, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Quickstart]:
+    """``guardcache serve --config examples/quickstart/config`` too, on its default port."""
+    with server(started, tmp_path_factory.mktemp("serve") / "serve.log"):
+        yield started
+
+
+@pytest.mark.parametrize("snippet", RUNNABLE, ids=str)
+def test_the_snippet_runs(snippet: Snippet, request: pytest.FixtureRequest, tmp_path: Path) -> None:
+    needs_server = f"127.0.0.1:{SERVE_PORT}" in snippet.code
+    qs: Quickstart = request.getfixturevalue("served" if needs_server else "started")
+    path = tmp_path / f"snippet_line_{snippet.line}.py"
+    path.write_text(qs.as_written(snippet.code), encoding="utf-8")
+    if re.search(r"^(async )?def test_", snippet.code, re.M):
+        argv = ["-m", "pytest", str(path), "-q", "-p", "no:cacheprovider", "--rootdir", str(tmp_path)]
+        proc = run_python([*argv, "-o", "asyncio_mode=auto"])
+        assert "1 passed" in proc.stdout, proc.stdout + proc.stderr
+    else:
+        proc = run_python([str(path)])
+    assert proc.returncode == 0, f"{snippet} failed:\n{proc.stdout}\n{proc.stderr}"
