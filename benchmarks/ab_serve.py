@@ -10,16 +10,27 @@ content-safety rails, cached: 100% hits). Rounds alternate between the servers, 
 changes speed mid-run slows every side alike; the median of the rounds is printed with each round.
 The load is bench_serve's lean generator (aiohttp, pre-encoded bodies, concurrency 32), so each
 server is measured busy. Not part of the test run.
+
+``--instructions`` counts instead of timing: each server runs under valgrind's callgrind, and a
+round is a fixed number of requests (``--requests``) between a zeroing and a dump of its counters,
+so a round reports user-space instructions per request, the same on a quiet machine and a busy one
+(a shared 2-vCPU VM moves CPU time by +-8% between rounds, more than the differences looked for).
+What it leaves out: time in the kernel (system calls) and what an instruction costs (cache misses),
+so it decides between code paths, and CPU time stays the measure of record. Needs ``valgrind``
+(``apt-get install -y valgrind``); a server under it runs ~50x slower, so rounds are short.
 """
 
 from __future__ import annotations
 
 import argparse
 import contextlib
+import shutil
+import signal
 import statistics
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 from bench_serve import MESSAGES, REPO, Child, cpu_seconds, run_load, wait_ready, write_config
@@ -49,6 +60,53 @@ def remove(trees: list[Path]) -> None:
             )
 
 
+VALGRIND = ["valgrind", "--tool=callgrind", "--quiet", "--trace-children=no"]
+
+
+def instructions_per_request(child: Child, url: str, mode: str, requests: int) -> float:
+    """Thousands of instructions the server ran per request over ``requests`` requests: its
+    callgrind counters are zeroed before and dumped after (one dump file per call)."""
+    pid = str(child.proc.pid)
+    subprocess.run(["callgrind_control", "--zero", pid], check=True, capture_output=True)
+    got = run_load(url, mode, 8, count=requests)
+    if got["errors"]:
+        raise SystemExit(f"{got['errors']} errors ({got['first_error']})")
+    subprocess.run(["callgrind_control", "--dump", pid], check=True, capture_output=True)
+    return _latest_total(child) / len(got["latencies"]) / 1e3
+
+
+def syscalls_per_request(child: Child, url: str, mode: str, requests: int) -> list[tuple[str, float]]:
+    """System calls of the server (all threads) per request over ``requests`` requests, by call,
+    most first: ``strace -c`` attached for the pass."""
+    with tempfile.NamedTemporaryFile("r", suffix=".strace") as out:
+        tracer = subprocess.Popen(
+            ["strace", "-c", "-f", "-o", out.name, "-p", str(child.proc.pid)], stderr=subprocess.DEVNULL
+        )
+        time.sleep(1.0)  # attached
+        got = run_load(url, mode, 8, count=requests)
+        tracer.send_signal(signal.SIGINT)
+        tracer.wait(30)
+        done = max(len(got["latencies"]), 1)
+        rows = []
+        for line in out.read().splitlines():
+            parts = line.split()
+            if len(parts) >= 5 and parts[0][0].isdigit() and parts[-1] != "total":
+                calls = int(parts[3])
+                rows.append((parts[-1], calls / done))
+    return sorted(rows, key=lambda r: -r[1])
+
+
+def _latest_total(child: Child) -> float:
+    """The ``totals:`` line of the newest dump callgrind wrote for ``child``."""
+    flag = "--callgrind-out-file="
+    out = next(str(arg)[len(flag) :] for arg in child.proc.args if str(arg).startswith(flag))
+    dumps = sorted(Path(out).parent.glob(Path(out).name + ".*"), key=lambda p: p.stat().st_mtime)
+    for line in dumps[-1].read_text().splitlines():
+        if line.startswith(("totals:", "summary:")):
+            return float(line.split()[1])
+    raise SystemExit(f"no totals in {dumps[-1]}")
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -59,7 +117,20 @@ def main() -> int:
     parser.add_argument(
         "--modes", nargs="*", default=["lean", "lean-stream"], choices=["lean", "lean-stream"]
     )
+    parser.add_argument(
+        "--instructions",
+        action="store_true",
+        help="count user-space instructions per request under valgrind (see above) instead of CPU time",
+    )
+    parser.add_argument(
+        "--syscalls",
+        action="store_true",
+        help="count the server's system calls per request (strace -c), by call, instead of CPU time",
+    )
+    parser.add_argument("--requests", type=int, default=400, help="per round with --instructions/--syscalls")
     args = parser.parse_args()
+    if args.instructions and shutil.which("valgrind") is None:
+        raise SystemExit("--instructions needs valgrind: apt-get install -y valgrind")
 
     from guardcache.emulator import EmulatorConfig, EmulatorProcess, LatencyConfig
 
@@ -80,27 +151,42 @@ def main() -> int:
                 if tree != REPO:
                     trees.append(tree)
                 cmd = [sys.executable, "-m", "guardcache", "serve", "--config", str(config), "--port", "0"]
+                if args.instructions:
+                    out = Path(tmp) / f"callgrind.{i}"
+                    cmd = [*VALGRIND, f"--callgrind-out-file={out}", *cmd]
                 child = Child([*cmd, "--no-warm-up"], env={"PYTHONPATH": str(tree)}, cwd=tree)
-                url = f"http://127.0.0.1:{child.port()}"
+                url = f"http://127.0.0.1:{child.port(timeout=900 if args.instructions else 60)}"
                 servers[f"{ref} ({tree.name})"] = (child, f"{url}/v1")
-                wait_ready(f"{url}/health/ready")
+                wait_ready(f"{url}/health/ready", timeout=900 if args.instructions else 60)
                 run_load(f"{url}/v1", "lean", 8, count=len(MESSAGES) * 8)  # every check cached
             for mode in args.modes:
                 rows: dict[str, list[float]] = {name: [] for name in servers}
                 for _ in range(args.rounds):
                     for name, (child, url) in servers.items():
+                        if args.instructions:
+                            rows[name].append(instructions_per_request(child, url, mode, args.requests))
+                            continue
+                        if args.syscalls:
+                            print(f"\n{mode}, {name}: system calls per request")
+                            for call, per in syscalls_per_request(child, url, mode, args.requests):
+                                print(f"   {call:<24} {per:6.2f}")
+                            continue
                         cpu0 = cpu_seconds(child.proc.pid)
                         got = run_load(url, mode, 32, seconds=args.seconds)
                         done = len(got["latencies"])
                         if not done or got["errors"]:
                             raise SystemExit(f"{name}: {got['errors']} errors ({got['first_error']})")
                         rows[name].append((cpu_seconds(child.proc.pid) - cpu0) / done * 1e6)
-                print(f"\n{mode}: server CPU per request, median of {args.rounds} interleaved rounds")
+                if args.syscalls:
+                    continue
+                what = "thousand instructions" if args.instructions else "server CPU"
+                print(f"\n{mode}: {what} per request, median of {args.rounds} interleaved rounds")
                 first = statistics.median(next(iter(rows.values())))
                 for name, values in rows.items():
                     median = statistics.median(values)
                     each = " ".join(f"{v:.0f}" for v in values)
-                    print(f"   {name:<40} {median:6.0f} us ({median / first:4.2f}x the first)   [{each}]")
+                    unit = "k" if args.instructions else "us"
+                    print(f"   {name:<40} {median:6.0f} {unit} ({median / first:5.3f}x the first)   [{each}]")
             print(describe_speed())
         finally:
             for child, _ in servers.values():

@@ -362,10 +362,12 @@ def serve_profiled(config: str, out: str) -> None:
     import uvicorn
 
     from guardcache.server.app import configure_logging, create_app
+    from guardcache.server.connections import HeadLimits
     from guardcache.server.settings import ServeSettings
 
     configure_logging("info")
-    app = create_app(ServeSettings(config=config, port=0))
+    settings = ServeSettings(config=config, port=0)
+    app = create_app(settings)
     profile = cProfile.Profile(time.process_time)  # CPU, not wall time (idle epoll waits are free)
 
     def stop(*_: object) -> None:
@@ -374,7 +376,13 @@ def serve_profiled(config: str, out: str) -> None:
 
     signal.signal(signal.SIGUSR1, lambda *_: profile.enable())
     signal.signal(signal.SIGUSR2, stop)
-    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=0, log_config=None, access_log=False))
+    # The protocols ``guardcache serve`` runs (head limits, the disconnect hook), not uvicorn's own.
+    http = HeadLimits("auto", settings.max_header_bytes, settings.header_timeout)
+    server = uvicorn.Server(
+        uvicorn.Config(
+            app, host="127.0.0.1", port=0, log_config=None, access_log=False, http=http, server_header=False
+        )
+    )
     server.run()
 
 

@@ -365,6 +365,23 @@ def extract_context(headers: Mapping[str, str] | Iterable[tuple[bytes, bytes]]) 
     return propagate.extract(_carrier(headers))
 
 
+def attach_incoming(headers: Iterable[tuple[bytes, bytes]]) -> Any:
+    """Make the trace an incoming request's ASGI headers carry current; a token for :func:`detach`,
+    or None when tracing is off. (``continue_trace`` as two calls, for a server's hot path: when
+    tracing is off this is one call and two lookups.)"""
+    if TRACER is None:
+        trace = sys.modules.get(_TRACE_MODULE)
+        if trace is None or (_resolved and getattr(trace, "_TRACER_PROVIDER", _UNKNOWN) is _provider):
+            return None
+    context = extract_context(headers)
+    return None if context is None else _otel[1].attach(context)
+
+
+def detach(token: Any) -> None:
+    """Undo :func:`attach_incoming`."""
+    _otel[1].detach(token)
+
+
 class continue_trace:  # lower case: used like a function, ``with continue_trace(scope["headers"]):``
     """Make the trace an incoming request's headers carry current for the block, so the turns run
     in it are children of the caller's span. Free when tracing is off (one lookup)."""
@@ -388,8 +405,10 @@ class continue_trace:  # lower case: used like a function, ``with continue_trace
 
 __all__ = [
     "TRACER",
+    "attach_incoming",
     "backend_traced",
     "continue_trace",
+    "detach",
     "end_turn",
     "error_class",
     "extract_context",

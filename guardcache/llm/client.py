@@ -10,9 +10,9 @@ The client knows nothing of caching, prompts or rails.
 One budget bounds a whole call. A guard check sits on the user's critical path, and a timeout that
 bounds one phase of one attempt does not bound the check: a 429 asking for 30 s, a server dripping a
 byte a second or a connect that is never accepted each held a check for 6-20 s at ``timeout: 2``.
-So ``complete()`` runs under one ``asyncio.timeout`` (queueing for a connection, every attempt,
-backoff and Retry-After waits, and slow bodies included), and a wait that could not end in time is
-not started: the call fails at once.
+So ``complete()`` runs under one timeout (``llm/cancel.py``, a lean ``asyncio.timeout``) that covers
+queueing for a connection, every attempt, backoff and Retry-After waits, and slow bodies, and a wait
+that could not end in time is not started: the call fails at once.
 
 Nothing the user wrote is logged: prompts can hold personal data, and servers quote them back in
 error bodies (a 400 "maximum context length ... you requested ..." or a 422 listing each invalid
@@ -47,6 +47,7 @@ from guardcache.errors import (
     BackendTimeoutError,
     BackendTLSError,
 )
+from guardcache.llm.cancel import CancelAfter
 from guardcache.llm.logs import RateLimitedLog
 from guardcache.llm.pool import (
     ClientPool,
@@ -336,7 +337,7 @@ class ChatClient:
                 "passed before the call started",
                 url=self.url,
             )
-        scope = asyncio.timeout(left)
+        scope = CancelAfter(left)
         try:
             async with scope:
                 return await self._run(body, call)
@@ -377,7 +378,7 @@ class ChatClient:
             return
         started = time.monotonic()
         call = self._bound(started, deadline)
-        scope = asyncio.timeout(call.end - started) if call.end is not None else None
+        scope = CancelAfter(call.end - started) if call.end is not None else None
         try:
             if scope is None:
                 async for delta in self._stream(body, totals):

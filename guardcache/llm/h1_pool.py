@@ -89,9 +89,6 @@ class _Stop(Exception):
         self.error = error
 
 
-_select = select.select
-
-
 def _too_large(what: str, limit: int) -> WireError:
     return WireError(WireKind.TOO_LARGE, what, f"over {limit} bytes")
 
@@ -157,7 +154,9 @@ class _Connection(asyncio.Protocol):
         self.lane = lane
         self.loop = lane.loop
         self.transport: asyncio.Transport | None = None
-        self.fd = -1  # the socket's descriptor: polled before the connection is reused
+        # The socket, polled before the connection is reused: a poll object made once per
+        # connection, since ``select.select`` parses three lists per call (0.57 vs 1.4 us a poll).
+        self.poller: select.poll | None = None
         self.parser = httptools.HttpResponseParser(self)
         self.limits = CHECK_LIMITS
         self.head_bytes = 0  # bytes of the reads that ended inside the head
@@ -195,7 +194,9 @@ class _Connection(asyncio.Protocol):
         self.transport = transport  # type: ignore[assignment]
         sock = transport.get_extra_info("socket")
         if sock is not None:
-            self.fd = sock.fileno()
+            poller = select.poll()
+            poller.register(sock.fileno(), select.POLLIN)
+            self.poller = poller
 
     def data_received(self, data: bytes) -> None:
         if (self.waiter is None and not self.streaming) or self.truncated:
@@ -600,8 +601,9 @@ class H1Lane:
             # for (a server's 408 before it closes, a buggy proxy's second answer) that the event
             # loop has not delivered yet: reused, the connection would hand them to the next request
             # as its answer. One poll, no wait, on every reused call.
+            poller = conn.poller
             try:
-                stray = conn.fd >= 0 and bool(_select((conn.fd,), (), (), 0)[0])
+                stray = poller is not None and bool(poller.poll(0))  # readable, closed or failed
             except (OSError, ValueError):
                 stray = True
             if stray:

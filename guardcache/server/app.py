@@ -20,7 +20,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import gc
 import hmac
@@ -39,12 +38,13 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from guardcache import tracing
 from guardcache.cache import CacheInterface
 from guardcache.errors import ConfigError
+from guardcache.llm.cancel import CancelAfter
 from guardcache.rails.llmrails import LLMRails
 from guardcache.server.ids import new_id
 from guardcache.server.metrics import ServerMetrics
 from guardcache.server.protocol import RequestError, error_body
 from guardcache.server.readiness import Readiness
-from guardcache.server.responses import EventStream, JSONResponse, client_watch
+from guardcache.server.responses import DISCONNECT, EventStream, HookWatch, JSONResponse, TaskWatch
 from guardcache.server.routes import Handlers, json_response, read_body, reject_reason, too_large
 from guardcache.server.settings import ServeSettings, load_configs
 
@@ -237,7 +237,15 @@ class OperationsMiddleware:
                     self.state.metrics.reject("body_too_large")
                     await _refuse(send_with_id, too_large(self.max_body), scope, receive)
                     return
-            raw = await self._read_body(receive, send_with_id, scope)
+            extensions = scope.get("extensions")
+            hook = extensions.get(DISCONNECT) if extensions else None
+            if hook is not None and hook.complete:  # the whole request is here: no wait, no timer
+                message = await receive()
+                raw = message.get("body") if not message.get("more_body") else None
+                if raw is None or len(raw) > self.max_body:  # (or the client left: the slow way says)
+                    raw = await self._read_body(receive, send_with_id, scope, message)
+            else:
+                raw = await self._read_body(receive, send_with_id, scope)
             if raw is None:
                 return
             state = self.state
@@ -257,9 +265,10 @@ class OperationsMiddleware:
                     receive,
                 )
                 return
+            trace = tracing.attach_incoming(scope["headers"])  # None (one check) when off
             state.in_flight += 1
             try:
-                with client_watch(scope, receive), tracing.continue_trace(scope["headers"]):
+                with HookWatch(hook) if hook is not None else TaskWatch(receive):
                     response = await self.chat(raw)
                     if isinstance(response, JSONResponse | EventStream):  # no wrapper on send
                         await response.write(send, receive, id_header)
@@ -267,36 +276,27 @@ class OperationsMiddleware:
                         await response(scope, receive, send_with_id)
             finally:
                 state.in_flight -= 1
+                if trace is not None:
+                    tracing.detach(trace)
         finally:
             REQUEST_ID.reset(token)
 
-    async def _read_body(self, receive: Receive, send: Send, scope: Scope) -> bytes | None:
+    async def _read_body(
+        self, receive: Receive, send: Send, scope: Scope, first: Message | None = None
+    ) -> bytes | None:
         """The chat request's body, read before the request counts against the concurrency limit
         (a client that sends its body slowly holds a connection, not a turn's place) and within
-        ``body_timeout``. None when it was refused (413, 408: answered) or the client left."""
-        metrics = self.state.metrics
-        task = asyncio.current_task()
-        assert task is not None
-        expired = False
-
-        def expire() -> None:  # a timer and a flag: a fifth of asyncio.timeout()'s CPU
-            nonlocal expired
-            expired = True
-            task.cancel()
-
-        timer = task.get_loop().call_later(self.body_timeout, expire)
+        ``body_timeout``. None when it was refused (413, 408: answered) or the client left.
+        ``first``: a message the caller already received. (When the whole request has arrived,
+        which guardcache's HTTP protocol tells and a small JSON request nearly always has, the
+        caller reads it itself without a timer: then reading cannot wait.)"""
         try:
-            try:
-                return await read_body(receive, self.max_body)
-            finally:
-                timer.cancel()
+            return await self._read_body_timed(receive, first)
         except RequestError as exc:
-            metrics.reject(reject_reason(exc))
+            self.state.metrics.reject(reject_reason(exc))
             await _refuse(send, exc, scope, receive)
-        except asyncio.CancelledError:
-            if not expired or task.uncancel():
-                raise  # not the body's timeout (or not only)
-            metrics.reject("body_timeout")
+        except _BodyTimeout:
+            self.state.metrics.reject("body_timeout")
             log.debug("the request body did not arrive within %gs", self.body_timeout)
             refusal = RequestError(
                 f"The request body did not arrive within {self.body_timeout:g} seconds.",
@@ -306,9 +306,24 @@ class OperationsMiddleware:
             )
             await _refuse(send, refusal, scope, receive)
         except ClientDisconnect:  # common and harmless: no traceback, no warning anyone can flood
-            metrics.reject("client_left")
+            self.state.metrics.reject("client_left")
             log.debug("the client left before its request body was read")
         return None
+
+    async def _read_body_timed(self, receive: Receive, first: Message | None) -> bytes:
+        """The body within ``body_timeout``, else :class:`_BodyTimeout`."""
+        scope = CancelAfter(self.body_timeout)
+        try:
+            async with scope:
+                return await read_body(receive, self.max_body, first)
+        except TimeoutError:
+            if not scope.expired():
+                raise
+            raise _BodyTimeout from None
+
+
+class _BodyTimeout(Exception):
+    """The request body did not arrive within ``body_timeout``."""
 
 
 def _adding_header(send: Send, header: tuple[bytes, bytes]) -> Send:

@@ -126,7 +126,12 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         action="store_true",
         help="do not wait for the first readiness round (which primes the guards) before opening the port",
     )
-    p.add_argument("--access-log", action="store_true", help="log every request (uvicorn's access log)")
+    p.add_argument(
+        "--access-log",
+        action="store_true",
+        help="log every request (uvicorn's access log, with the client address a trusted proxy's "
+        "X-Forwarded-For gives, as uvicorn's --proxy-headers)",
+    )
     p.add_argument(
         "--http",
         choices=("auto", "httptools", "h11"),
@@ -190,6 +195,10 @@ def run(args: argparse.Namespace) -> int:
         "port": settings.port,
         "log_config": None,
         "access_log": settings.access_log,
+        # uvicorn's proxy-headers middleware (client address and scheme from a trusted proxy's
+        # X-Forwarded-For/-Proto) runs on every request, and only the access log reads what it
+        # sets: nothing in guardcache uses the client's address or the scheme. On with the log.
+        "proxy_headers": settings.access_log,
         "timeout_graceful_shutdown": settings.shutdown_timeout,
         "lifespan": "on",
         "server_header": False,

@@ -258,8 +258,16 @@ class GuardedHttpTools(_HeadGuard, HttpToolsProtocol):
     _in_head = True  # until the first on_headers_complete (then set per request)
 
     def data_received(self, data: bytes) -> None:
-        if self._in_head and not self._take_head(data):
-            return
+        if self._in_head:  # (_take_head, inlined: every read of every request passes here)
+            if self._head_since is None:  # the first bytes of a head on a kept-alive connection
+                self._head_since = self.loop.time()  # (_head_begins, inlined; its timer is pending)
+                if self._head_timer is None:
+                    self._head_timer = self.loop.call_later(self._limits.timeout, self._check_head)
+            room = self._head_room - len(data)
+            if room < 0:
+                self._over(data)
+                return
+            self._head_room = room
         HttpToolsProtocol.data_received(self, data)
 
     def _feed(self, data: Any) -> None:
@@ -272,14 +280,17 @@ class GuardedHttpTools(_HeadGuard, HttpToolsProtocol):
         self._in_head = False
         self._head_room = self._limits.max_bytes  # (_head_done, inlined: once per request)
         self._head_since = None
+        hook = self._hook
+        hook.complete = False
         HttpToolsProtocol.on_headers_complete(self)
         # uvicorn made this scope in on_message_begin, without extensions; the request's task is
         # made, not run yet.
-        self.scope["extensions"] = {DISCONNECT: self._hook}
+        self.scope["extensions"] = {DISCONNECT: hook}
 
     def on_message_complete(self) -> None:
         HttpToolsProtocol.on_message_complete(self)
         self._in_head = True
+        self._hook.complete = True  # the request's body is all here: reading it cannot wait
 
 
 PROTOCOLS: dict[str, type[GuardedHttpTools | GuardedH11]] = {

@@ -147,11 +147,15 @@ class DisconnectHook:
     :meth:`connection_lost`, which tells the request being watched (the latest to enter its watch:
     a request that finished its answer may still be closing its stream when the next one starts)."""
 
-    __slots__ = ("lost", "watch")
+    __slots__ = ("complete", "lost", "watch")
 
     def __init__(self) -> None:
         self.lost = False
         self.watch: HookWatch | None = None
+        # The latest request's body arrived whole (set by the protocol at the message's end, reset
+        # at the next head). Requests complete in order, so a request that reads True has its
+        # body; False only costs the body-read timer.
+        self.complete = False
 
     def connection_lost(self) -> None:
         self.lost = True
@@ -160,24 +164,34 @@ class DisconnectHook:
 
 
 class HookWatch(ClientWatch):
-    """Under guardcache's HTTP protocols: told by the connection's :class:`DisconnectHook`."""
+    """Under guardcache's HTTP protocols: told by the connection's :class:`DisconnectHook`. (Its
+    enter and exit are whole methods, not the base's with ``_start``/``_stop``: every chat request
+    runs them.)"""
 
     __slots__ = ("_hook",)
 
     def __init__(self, hook: DisconnectHook) -> None:
         self._hook = hook
-        self._task = None
 
-    def _start(self) -> None:
+    def __enter__(self) -> ClientWatch:
+        self._task = asyncio.current_task()
+        self.left = False
         hook = self._hook
         if hook.lost:  # gone before the watch began
             self.client_left()
         else:
             hook.watch = self
+        return self
 
-    def _stop(self) -> None:
-        if self._hook.watch is self:
-            self._hook.watch = None
+    def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None, tb: Any) -> bool:
+        task = self._task
+        self._task = None
+        hook = self._hook
+        if hook.watch is self:
+            hook.watch = None
+        if not self.left or task is None:
+            return False
+        return task.uncancel() == 0 and kind is asyncio.CancelledError
 
 
 class TaskWatch(ClientWatch):
@@ -209,7 +223,11 @@ class TaskWatch(ClientWatch):
 def client_watch(scope: Scope, receive: Receive) -> ClientWatch:
     """The watch for a request whose body was read: its connection's hook, else a task."""
     extensions = scope.get("extensions")
-    hook: DisconnectHook | None = extensions.get(DISCONNECT) if extensions else None
+    return watch(extensions.get(DISCONNECT) if extensions else None, receive)
+
+
+def watch(hook: DisconnectHook | None, receive: Receive) -> ClientWatch:
+    """:func:`client_watch` for a caller that already looked up the connection's hook."""
     return HookWatch(hook) if hook is not None else TaskWatch(receive)
 
 
@@ -231,4 +249,5 @@ __all__ = [
     "LastEvent",
     "TaskWatch",
     "client_watch",
+    "watch",
 ]

@@ -26,7 +26,7 @@ from urllib.parse import quote
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from starlette.requests import ClientDisconnect, Request
 from starlette.responses import Response
-from starlette.types import ASGIApp, Receive
+from starlette.types import ASGIApp, Message, Receive
 
 from guardcache.errors import BackendError, BackendTimeoutError
 from guardcache.rails.streaming import GuardedStream
@@ -250,13 +250,16 @@ class Handlers:
         return Response(generate_latest(self.state.metrics.registry), media_type=CONTENT_TYPE_LATEST)
 
 
-async def read_body(receive: Receive, limit: int) -> bytes:
+async def read_body(receive: Receive, limit: int, first: Message | None = None) -> bytes:
     """The request body; 413 (a :class:`RequestError`) past ``limit`` bytes, ``ClientDisconnect``
-    when the client leaves first."""
+    when the client leaves first. ``first``: a message the caller already received."""
     chunks: list[bytes] = []
     size = 0
     while True:
-        message = await receive()
+        if first is not None:
+            message, first = first, None
+        else:
+            message = await receive()
         if message["type"] == "http.disconnect":
             raise ClientDisconnect()
         chunk = message.get("body", b"")
