@@ -4,6 +4,7 @@ hits without backend calls, and no user text in any span (see tests/unit/test_tr
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Iterator
 
 import pytest
@@ -114,4 +115,63 @@ async def test_a_blocked_turn_and_check_async(
     assert rail.attributes is not None and rail.attributes["guardcache.verdict"] == "blocked"
     assert rail.attributes["guardcache.no_verdict"] is False
     assert len(by_name(finished, "guardcache.turn")) == 1
+    assert_no_user_text(finished)
+
+
+async def test_serve_continues_the_trace_an_incoming_traceparent_carries(
+    emulator_factory: EmulatorFactory, spans: InMemorySpanExporter
+) -> None:
+    # guardcache serve over a real socket (its own HTTP protocols, as the command runs them): the
+    # turn of a request carrying a W3C traceparent is a child of the caller's span, in its trace.
+    import httpx
+    import uvicorn
+
+    from guardcache.server.app import create_app
+    from guardcache.server.connections import HeadLimits
+    from guardcache.server.settings import ServeSettings
+
+    guard, main = await emulator_factory(), await emulator_factory()
+    rails = LLMRails(guard_config(guard.base_url, main_url=main.base_url))
+    settings = ServeSettings(config="in-process", port=0, warm_up=False)
+    app = create_app(settings, {"shop": rails})
+    server = uvicorn.Server(
+        uvicorn.Config(
+            app,
+            host="127.0.0.1",
+            port=0,
+            log_config=None,
+            http=HeadLimits("auto", settings.max_header_bytes, settings.header_timeout),  # type: ignore[arg-type]
+        )
+    )
+    serving = asyncio.create_task(server.serve())
+    try:
+        for _ in range(1000):  # up to 10 s
+            if server.started:
+                break
+            await asyncio.sleep(0.01)
+        assert server.started
+        port = server.servers[0].sockets[0].getsockname()[1]
+        trace_id, parent_id = "4bf92f3577b34da6a3ce929d0e0e4736", "00f067aa0ba902b7"
+        async with httpx.AsyncClient(base_url=f"http://127.0.0.1:{port}") as client:
+            answer = await client.post(
+                "/v1/chat/completions",
+                json={"model": MAIN, "messages": [{"role": "user", "content": f"Hello there {MARKER}"}]},
+                headers={"traceparent": f"00-{trace_id}-{parent_id}-01"},
+            )
+            assert answer.status_code == 200, answer.text
+            untraced = await client.post(
+                "/v1/chat/completions",
+                json={"model": MAIN, "messages": [{"role": "user", "content": "Hello again"}]},
+            )
+            assert untraced.status_code == 200
+    finally:
+        server.should_exit = True
+        await serving
+    finished = spans.get_finished_spans()
+    first, second = by_name(finished, "guardcache.turn")
+    assert first.parent is not None and first.parent.span_id == int(parent_id, 16)
+    assert first.context.trace_id == int(trace_id, 16)
+    assert first.parent.is_remote
+    assert second.parent is None and second.context.trace_id != int(trace_id, 16)  # its own trace
+    assert {s.context.trace_id for s in children(finished, first)} == {int(trace_id, 16)}
     assert_no_user_text(finished)
