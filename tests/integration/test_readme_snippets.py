@@ -1,4 +1,4 @@
-"""The README's Python snippets run as written.
+"""The Python snippets of the README and of the user docs (``docs/*.md``) run as written.
 
 Every ```python block must compile (no top-level ``await``, no placeholders), and every block not
 marked ``<!-- snippet: compile only (why) -->`` runs from the repository's root as its own process,
@@ -21,6 +21,7 @@ from guardcache.server.cli import DEFAULT_PORT as SERVE_PORT
 from tests.integration.quickstart_support import ROOT, Quickstart, emulator, quickstart, run_python, server
 
 README = ROOT / "README.md"
+DOCS = [README, *sorted((ROOT / "docs").glob("*.md"))]  # every Markdown file a user reads
 BLOCK = re.compile(
     r"(?:<!-- snippet: (?P<mode>[^\n]*?) -->\n)?```python\n(?P<code>.*?)^```", re.DOTALL | re.M
 )
@@ -28,29 +29,40 @@ BLOCK = re.compile(
 
 @dataclass(frozen=True)
 class Snippet:
-    line: int  # of the block's first code line in README.md
+    file: str  # relative to the repository's root
+    line: int  # of the block's first code line in that file
     code: str
     mode: str  # "run", or "compile only (why)"
 
     def __str__(self) -> str:
-        return f"README.md:{self.line}"
+        return f"{self.file}:{self.line}"
 
 
-def snippets() -> list[Snippet]:
-    text = README.read_text(encoding="utf-8")
+def snippets(path: Path) -> list[Snippet]:
+    text = path.read_text(encoding="utf-8")
+    name = path.relative_to(ROOT).as_posix()
     return [
-        Snippet(text.count("\n", 0, m.start("code")) + 1, m.group("code"), m.group("mode") or "run")
+        Snippet(name, text.count("\n", 0, m.start("code")) + 1, m.group("code"), m.group("mode") or "run")
         for m in BLOCK.finditer(text)
     ]
 
 
-SNIPPETS = snippets()
+SNIPPETS = [s for path in DOCS for s in snippets(path)]
 RUNNABLE = [s for s in SNIPPETS if s.mode == "run"]
 
 
-def test_the_readme_has_the_snippets_this_file_checks() -> None:
-    assert len(SNIPPETS) == README.read_text(encoding="utf-8").count("```python") >= 6
-    assert len(RUNNABLE) >= 5  # the API, the cache, RunnableRails, the server's client, testing
+@pytest.mark.parametrize("path", DOCS, ids=lambda p: p.relative_to(ROOT).as_posix())
+def test_every_python_block_is_found(path: Path) -> None:
+    # A block this file's pattern misses (a typo in the marker, an indented fence) would go unchecked.
+    assert len(snippets(path)) == path.read_text(encoding="utf-8").count("```python")
+
+
+def test_the_docs_have_the_snippets_this_file_checks() -> None:
+    assert len(SNIPPETS) >= 6
+    # the API and the server's client (README), the cache and RunnableRails (docs/python-api.md),
+    # testing an app (docs/testing.md)
+    assert len(RUNNABLE) >= 5
+    assert sum(s.file == "README.md" for s in RUNNABLE) >= 2
     assert all(s.mode.startswith("compile only (") for s in SNIPPETS if s not in RUNNABLE)
 
 
@@ -79,7 +91,7 @@ def served(started: Quickstart, tmp_path_factory: pytest.TempPathFactory) -> Ite
 def test_the_snippet_runs(snippet: Snippet, request: pytest.FixtureRequest, tmp_path: Path) -> None:
     needs_server = f"127.0.0.1:{SERVE_PORT}" in snippet.code
     qs: Quickstart = request.getfixturevalue("served" if needs_server else "started")
-    path = tmp_path / f"snippet_line_{snippet.line}.py"
+    path = tmp_path / f"snippet_{Path(snippet.file).stem.replace('-', '_')}_line_{snippet.line}.py"
     path.write_text(qs.as_written(snippet.code), encoding="utf-8")
     if re.search(r"^(async )?def test_", snippet.code, re.M):
         argv = ["-m", "pytest", str(path), "-q", "-p", "no:cacheprovider", "--rootdir", str(tmp_path)]
