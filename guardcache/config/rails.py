@@ -103,7 +103,7 @@ class RailGroup(BaseModel):
     # waits included); None: each check's own timeout only. A check past it is an outage.
     timeout: PositiveFloat | None = None
     # Input rails only: on a check miss, start the main model at once, alongside the checks; a block
-    # cancels it (README "Starting the main model during the input checks"). Off by default.
+    # cancels it (docs/configuration.md, "Starting the main model during the input checks"). Off by default.
     during_main: bool = False
     # Output rails only: check a streamed answer in windows (see OutputStreaming).
     streaming: Annotated[OutputStreaming, BeforeValidator(null_is_empty)] = Field(

@@ -560,8 +560,8 @@ register_setting(
     )
 )
 
-# The values NeMo Guardrails' prompts read that guardcache has fixed values for (README "Coming from
-# NeMo Guardrails", template variables): what NeMo's task manager gives every prompt and what its
+# The values NeMo Guardrails' prompts read that guardcache has fixed values for (docs/nemo-guardrails.md,
+# "Template variables"): what NeMo's task manager gives every prompt and what its
 # actions pass beside the checked texts. A template reading one gets NeMo's value, and the
 # fingerprint (so the cache namespace) covers the value it read.
 register_setting(

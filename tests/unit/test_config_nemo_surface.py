@@ -4,7 +4,7 @@
   ``rails.config.jailbreak_detection.api_key``: accepted with a WARNING naming the field; the value
   is used by the client and appears in no log, repr, error, request body or cache namespace;
 - every template variable NeMo's task manager and guard actions give the prompts guardcache runs
-  renders NeMo's value (README "Coming from NeMo Guardrails", template variables); an unknown one
+  renders NeMo's value (docs/nemo-guardrails.md, "Template variables"); an unknown one
   is a load error naming the file, the field, the prompt and the variable;
 - ``import_paths`` that would import other config packages is refused at load, naming the file.
 (The key on the wire, and ``explain()``: tests/integration/test_default_caches.py.)

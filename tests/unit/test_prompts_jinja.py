@@ -219,8 +219,8 @@ def test_settings_are_checked_and_copied() -> None:
     frozen = Settings({"categories": mine, "excluded_category_keys": ["S9"]})
     mine["S2"] = "Later."
     assert frozen["categories"] == {"S1": "Violence."} and frozen["excluded_category_keys"] == ("S9",)
-    # The defaults grew with NeMo's other prompt values (bot_thinking, config, ...: README "Coming
-    # from NeMo Guardrails", template variables); categories still has none.
+    # The defaults grew with NeMo's other prompt values (bot_thinking, config, ...:
+    # docs/nemo-guardrails.md, "Template variables"); categories still has none.
     defaults = dict(Settings())
     assert defaults["reasoning_enabled"] is False and defaults["excluded_category_keys"] == ()
     assert sorted(defaults) == [
