@@ -38,12 +38,9 @@ import statistics
 import sys
 import time
 from collections.abc import Awaitable, Callable
-from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from machine import describe_speed
+from machine import describe_speed  # a sibling: Python puts the script's folder first on sys.path
 
 MODEL = "meta/llama-3.1-8b-instruct"
 BODY = {
@@ -188,16 +185,15 @@ async def candidates(url: str) -> tuple[dict[str, Call], list[Callable[[], Await
         calls["aiohttp"] = call_aiohttp
         closers.append(session.close)
 
-    from guardcache.llm import pool as pools
     from guardcache.llm.client import ChatClient
+    from guardcache.llm.h1_pool import H1Pool
+    from guardcache.llm.httpx_pool import ClientPool
     from guardcache.llm.stream import StreamTotals
     from guardcache.rails.main_llm import ClientLLM
 
     base = url.rsplit("/chat/completions", 1)[0]
-    from guardcache.llm.h1_pool import H1Pool
-
-    transports: list[tuple[str, Any]] = [("httpx2", pools.ClientPool()), ("h1", H1Pool())]
-    messages = BODY["messages"]
+    transports: list[tuple[str, Any]] = [("httpx2", ClientPool()), ("h1", H1Pool())]
+    messages = cast(list[dict[str, str]], BODY["messages"])
     for label, pool in transports:
         client = ChatClient(base, model=MODEL, pool=pool)
         main = ClientLLM(client, {"max_tokens": 16})

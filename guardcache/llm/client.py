@@ -1,9 +1,11 @@
 """An async client for OpenAI-compatible chat completion servers (NIM, vLLM, llama.cpp, OpenAI).
 
-Layers you can see: :class:`ChatClient` builds the request and reads the answer; an
-``httpx2.AsyncClient`` (shared per base URL and event loop, behind a FIFO admission gate, see
-:mod:`guardcache.llm.pool`) carries it; :class:`~guardcache.llm.retry.RetryPolicy` decides whether a
-failure is tried again. Every failure that survives the retries is raised as one of the typed
+Layers you can see: :class:`ChatClient` builds the request and reads the answer; a
+:class:`~guardcache.llm.wire.WireLane` (shared per base URL and event loop, behind a FIFO admission
+gate) carries it: guardcache's own HTTP/1.1 client (:mod:`guardcache.llm.h1_pool`) by default, an
+``httpx2.AsyncClient`` (:mod:`guardcache.llm.httpx_pool`) only for a caller's ``transport=`` /
+``http_client=`` (see :mod:`guardcache.llm.pool`); :class:`~guardcache.llm.retry.RetryPolicy` decides
+whether a failure is tried again. Every failure that survives the retries is raised as one of the typed
 ``BackendError`` subclasses of :mod:`guardcache.errors`, whose message names the URL and what to do.
 The client knows nothing of caching, prompts or rails.
 
@@ -48,14 +50,9 @@ from guardcache.errors import (
     BackendTLSError,
 )
 from guardcache.llm.cancel import CancelAfter
+from guardcache.llm.httpx_pool import ClientPool, Lane
 from guardcache.llm.logs import RateLimitedLog
-from guardcache.llm.pool import (
-    ClientPool,
-    Lane,
-    aclose_all,
-    default_pool,
-    get_http_client,
-)
+from guardcache.llm.pool import aclose_all, default_pool, get_http_client
 from guardcache.llm.response import (
     DeclinedAnswer,
     MalformedResponse,
@@ -169,7 +166,7 @@ class ChatClient:
         http_client: an AsyncClient to use as is; not owned, never closed here, and without the
             pool's admission gate. Must belong to the loop the calls run on.
         pool: where to get a shared connection pool when neither of the two above is given
-            (:class:`~guardcache.llm.pool.ClientPool` for httpx2,
+            (:class:`~guardcache.llm.httpx_pool.ClientPool` for httpx2,
             :class:`~guardcache.llm.h1_pool.H1Pool` for guardcache's own HTTP/1.1 client); default:
             the process's (see :func:`~guardcache.llm.pool.default_pool`).
         sleep: the coroutine used to wait between retries (tests inject one to record delays).

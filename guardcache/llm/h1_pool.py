@@ -15,7 +15,7 @@ What it does, and what it leaves to others:
   per (URL, headers) and only ``Content-Length`` and the body change. ``Accept-Encoding: identity``
   asks for no compression; a gzip or deflate body is decoded anyway, another coding is a
   ``DECODE`` failure.
-- **Pooling** is per (event loop, base URL), as every transport here (see :mod:`guardcache.llm.pool`
+- **Pooling** is per (event loop, base URL), as every transport here (see :mod:`guardcache.llm.lanes`
   for why): LIFO idle connections (the most recently used socket is the least likely to have been
   closed by the server), at most ``max_idle`` kept, each for ``keepalive_expiry`` seconds (under the
   5 s of common servers). A request on a reused connection that dies before any byte of the answer
@@ -26,7 +26,7 @@ What it does, and what it leaves to others:
   timeout (as with aiohttp): a request is a few KB and the caller's whole-call budget bounds it.
 - **Cancellation** (a turn cancelled, a speculative main call abandoned) closes the connection: an
   answer still on its way must never be read as the next request's.
-- **TLS** with the one shared, verified context (:func:`~guardcache.llm.pool.shared_ssl_context`).
+- **TLS** with the one shared, verified context (:func:`~guardcache.llm.lanes.shared_ssl_context`).
 - **Proxies** from the environment (``HTTP_PROXY``, ``HTTPS_PROXY``, ``ALL_PROXY``, ``NO_PROXY``),
   as curl reads them: see :mod:`guardcache.llm.proxy` (absolute form for http, a CONNECT tunnel
   for https).
@@ -37,7 +37,7 @@ What it does, and what it leaves to others:
 - **Streams** (SSE) are read as lines as they arrive; reading pauses while more than 256 KB wait
   unread.
 
-Errors are :class:`~guardcache.llm.wire.WireError` with the same kinds as the other transports, so
+Errors are :class:`~guardcache.llm.wire.WireError` with the same kinds as the httpx2 lane's, so
 ChatClient's retries and messages do not depend on which one carried the call.
 """
 
@@ -55,7 +55,7 @@ from urllib.parse import urlsplit
 import httptools
 import httpx2
 
-from guardcache.llm.pool import DEFAULT_LIMITS, USER_AGENT, LoopLanes, shared_ssl_context
+from guardcache.llm.lanes import DEFAULT_LIMITS, USER_AGENT, LoopLanes, shared_ssl_context
 from guardcache.llm.proxy import Proxy, env_proxy, open_tunnel
 from guardcache.llm.wire import (
     CHECK_LIMITS,

@@ -14,15 +14,27 @@ a plain call would (after its one attempt); a failure after it ends the stream w
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from guardcache.errors import BackendError, BackendProtocolError
 from guardcache.llm.response import parse_usage
 from guardcache.llm.types import Usage
 from guardcache.llm.wire import WireError, WireKind, WireLimits, loads_body
 
-if TYPE_CHECKING:
-    from guardcache.llm.client import ChatClient
+
+class StreamSource(Protocol):
+    """What reading a stream needs of the client that opened it: the URL and model its messages
+    name, the provider its usage is labelled with (:class:`~guardcache.llm.client.ChatClient` fits;
+    this module imports nothing above it)."""
+
+    @property
+    def url(self) -> str: ...
+
+    @property
+    def model(self) -> str: ...
+
+    @property
+    def provider(self) -> str: ...
 
 
 class StreamTotals:
@@ -37,7 +49,7 @@ class StreamTotals:
 
 
 async def read_events(
-    client: ChatClient, lines: AsyncIterator[str], totals: StreamTotals, limits: WireLimits
+    client: StreamSource, lines: AsyncIterator[str], totals: StreamTotals, limits: WireLimits
 ) -> AsyncIterator[str]:
     """The text deltas of an OpenAI chat completion stream, ``totals`` filled in as it ends.
 
@@ -103,7 +115,7 @@ async def read_events(
         )
 
 
-def _protocol(client: ChatClient, what: str) -> BackendProtocolError:
+def _protocol(client: StreamSource, what: str) -> BackendProtocolError:
     return BackendProtocolError(
         f"{client.url} streamed {what}; is base_url an OpenAI-compatible /v1 endpoint?",
         status=200,
@@ -111,4 +123,4 @@ def _protocol(client: ChatClient, what: str) -> BackendProtocolError:
     )
 
 
-__all__ = ["StreamTotals", "read_events"]
+__all__ = ["StreamSource", "StreamTotals", "read_events"]

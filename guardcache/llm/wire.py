@@ -1,7 +1,7 @@
 """What :class:`~guardcache.llm.client.ChatClient` needs from an HTTP client, whichever carries it.
 
 Two transports implement it: guardcache's own HTTP/1.1 client (:mod:`guardcache.llm.h1_pool`, the
-default, proxies included) and httpx2 (:mod:`guardcache.llm.pool`: what ``transport=`` /
+default, proxies included) and httpx2 (:mod:`guardcache.llm.httpx_pool`: what ``transport=`` /
 ``http_client=`` arguments such as ``httpx2.MockTransport`` use: a caller's own stack). aiohttp,
 once the transport of proxied URLs, earned no place once h1 spoke to proxies: it read a stray
 response on an idle connection as the next answer, and cost ~2.5x h1's CPU per call. Why the

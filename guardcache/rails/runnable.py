@@ -6,11 +6,12 @@
     chain = prompt | (guardrails | llm)        # or RunnableRails(config, llm=llm), rails.as_runnable() | llm
     chain.invoke({"question": "..."})
 
-``guardrails | llm`` is one guarded turn per call, the turn of :meth:`LLMRails.generate_async` with
-``llm`` as the main model: the input rails check the input; a block returns the refusal without
-calling ``llm``; otherwise ``llm`` answers and the output rails check the answer. Every check goes
-through the same cached checks (one :class:`LLMRails`, so one set of caches, per ``RunnableRails``;
-those made by ``|`` from one ``RunnableRails`` share its caches).
+``guardrails | llm`` is one guarded turn per call, the turn :meth:`LLMRails.generate_async` runs
+(a :class:`~guardcache.rails.runner.GuardedTurn`) with ``llm`` as the main model: the input rails
+check the input; a block returns the refusal without calling ``llm``; otherwise ``llm`` answers and
+the output rails check the answer. Every check goes through the same cached checks (one
+:class:`~guardcache.rails.runner.TurnRunner`, so one set of caches, per ``RunnableRails``; those made
+by ``|`` from one ``RunnableRails``, or by ``rails.as_runnable()``, share its caches).
 
 What goes in and what comes out (as NeMo's ``RunnableRails``):
 
@@ -73,12 +74,11 @@ from __future__ import annotations
 
 import asyncio
 import contextvars
-import copy
 import logging
 from collections.abc import AsyncIterator, Coroutine, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from types import TracebackType
-from typing import Any, NamedTuple, TypeVar
+from typing import Any, NamedTuple, Protocol, TypeVar
 
 from langchain_core.language_models import BaseLanguageModel
 from langchain_core.messages import AIMessage, AIMessageChunk, BaseMessage, ChatMessage
@@ -91,10 +91,10 @@ from guardcache.config import RailsConfig
 from guardcache.errors import ConfigError
 from guardcache.llm.stream import StreamTotals
 from guardcache.llm.types import Usage
-from guardcache.rails.llmrails import LLMRails
 from guardcache.rails.main_llm import LangChainLLM
 from guardcache.rails.messages import Message, read_messages
-from guardcache.rails.turn import TurnInfo
+from guardcache.rails.runner import GuardedTurn, TurnRunner
+from guardcache.rails.streaming import GuardedStream
 
 logger = logging.getLogger(__name__)
 
@@ -226,16 +226,6 @@ def _replaced(output: Any, text: str, output_key: str) -> Any:
     return text
 
 
-def _blocked(turn: TurnInfo) -> str | None:
-    """Where the turn was blocked: ``"input"``, ``"output"`` or None."""
-    checks = turn.checks
-    if not all(r.allowed for r in checks.input):
-        return "input"
-    if not all(r.allowed for r in checks.output):
-        return "output"
-    return None
-
-
 # -- the wrapped model or chain as the main model --------------------------------------------------
 
 
@@ -316,24 +306,38 @@ def _binds_tools(value: Any) -> bool:
     return False
 
 
-def _with_main(base: LLMRails, main: _WrappedMain) -> LLMRails:
-    """``base`` with another main model: the same config, checks, clients and caches (a shallow
-    copy), its own main model and last turn."""
-    rails = copy.copy(base)
-    rails._main = main
-    rails._last = None
-    return rails
+class _HasRunner(Protocol):
+    """Rails that run their turns on a :class:`TurnRunner` (an ``LLMRails``: ``rails.runner``)."""
+
+    @property
+    def runner(self) -> TurnRunner: ...
+
+
+def _runner_of(config: RailsConfig | TurnRunner | _HasRunner) -> TurnRunner:
+    """The runner a ``RunnableRails`` runs on: a new one for a config, else the given rails' own
+    (so their caches are shared). Rails are read by their ``runner``, not by their class: this
+    module sits below ``llmrails`` (whose ``as_runnable()`` makes a ``RunnableRails``)."""
+    if isinstance(config, RailsConfig):
+        return TurnRunner(config)
+    if isinstance(config, TurnRunner):
+        return config
+    runner = getattr(config, "runner", None)
+    if not isinstance(runner, TurnRunner):
+        raise TypeError(
+            f"RunnableRails takes a RailsConfig or an LLMRails (or its runner), not {type(config).__name__}"
+        )
+    return runner
 
 
 # -- blocking calls ----------------------------------------------------------------------------------
 
 
-class _Runner:
+class _Loop:
     """Runs a blocking call's coroutines on one private event loop, in this thread; in a worker
     thread when this thread already runs a loop (a notebook), where ``asyncio.run`` cannot. On
     close, the loop's connections are closed, as ``LLMRails.generate()`` does."""
 
-    def __init__(self, rails: LLMRails) -> None:
+    def __init__(self, rails: TurnRunner) -> None:
         self._rails = rails
         self._loop = asyncio.new_event_loop()
         self._worker: ThreadPoolExecutor | None = None
@@ -352,7 +356,7 @@ class _Runner:
 
     def close(self) -> None:
         try:
-            self.run(self._rails._close_loop_resources(flush=False))
+            self.run(self._rails.aclose(flush=False))
             self.run(self._loop.shutdown_asyncgens())
         finally:
             if self._worker is None:
@@ -361,7 +365,7 @@ class _Runner:
                 self._worker.submit(self._loop.close).result()
                 self._worker.shutdown()
 
-    def __enter__(self) -> _Runner:
+    def __enter__(self) -> _Loop:
         return self
 
     def __exit__(
@@ -394,8 +398,8 @@ class RunnableRails(Runnable[Any, Any]):
     """The rails of a config as a LangChain ``Runnable`` (see the module docstring).
 
     Args:
-        config: a :class:`RailsConfig`, or an :class:`LLMRails` whose caches to share
-            (``rails.as_runnable()``).
+        config: a :class:`RailsConfig`, or an :class:`LLMRails` (or its ``runner``) whose caches
+            to share (``rails.as_runnable()``).
         llm: the main model (any LangChain chat model); ``RunnableRails(config) | llm`` sets it too.
             Without it (and without ``runnable``), the config's ``main`` model answers.
         runnable: a chain to wrap instead of a model; it gets the caller's original input.
@@ -406,12 +410,13 @@ class RunnableRails(Runnable[Any, Any]):
         passthrough, tools, verbose: NeMo's; see the module docstring.
 
     Attributes:
-        rails: the :class:`LLMRails` that runs each turn (``rails.explain()``, ``rails.model_caches``).
+        rails: the :class:`~guardcache.rails.runner.TurnRunner` that runs each turn
+            (``rails.explain()``, ``rails.model_caches``).
     """
 
     def __init__(
         self,
-        config: RailsConfig | LLMRails,
+        config: RailsConfig | TurnRunner | _HasRunner,
         llm: Any | None = None,
         tools: Sequence[Any] | None = None,
         passthrough: bool = True,
@@ -436,7 +441,7 @@ class RunnableRails(Runnable[Any, Any]):
             )
         if llm is not None and runnable is not None:
             raise ValueError("RunnableRails: pass llm= or runnable=, not both")
-        base = config if isinstance(config, LLMRails) else LLMRails(config)
+        base = _runner_of(config)
         self._base = base
         self.llm = llm
         self.runnable = runnable
@@ -446,7 +451,7 @@ class RunnableRails(Runnable[Any, Any]):
         self.verbose = verbose
         self.input_blocked_message = input_blocked_message
         self.output_blocked_message = output_blocked_message
-        self.rails: LLMRails = base
+        self.rails: TurnRunner = base
         where = base.config.source or "<config>"
         if llm is not None:
             if not _is_model(llm):
@@ -459,14 +464,14 @@ class RunnableRails(Runnable[Any, Any]):
                     "RunnableRails: the model has tools bound; a tool call is not text the rails can "
                     "check. Wrap the agent that runs the tools instead: RunnableRails(config, runnable=agent)"
                 )
-            self.rails = _with_main(base, _WrappedMain(llm, chain=False, output_key=output_key))
+            self.rails = base.with_main(_WrappedMain(llm, chain=False, output_key=output_key))
         elif runnable is not None:
             if base.config.rails.input.during_main:
                 raise ConfigError(
                     f"{where}: rails.input.during_main: a wrapped chain may act; it must not start "
                     "before the input verdict (wrap a model instead, or turn during_main off)"
                 )
-            self.rails = _with_main(base, _WrappedMain(runnable, chain=True, output_key=output_key))
+            self.rails = base.with_main(_WrappedMain(runnable, chain=True, output_key=output_key))
 
     # -- composition -------------------------------------------------------------------------------
 
@@ -477,7 +482,7 @@ class RunnableRails(Runnable[Any, Any]):
         if self.llm is None and self.runnable is None:
             if _is_model(other):
                 return self._derive(llm=other)
-            if self.rails._main is None:
+            if self.rails.main is None:
                 return self._derive(runnable=coerce_to_runnable(other))
         return RunnableSequence(self, coerce_to_runnable(other))
 
@@ -504,7 +509,7 @@ class RunnableRails(Runnable[Any, Any]):
     # -- one turn ------------------------------------------------------------------------------------
 
     def _require_main(self) -> None:
-        if self.rails._main is None:
+        if self.rails.main is None:
             raise ConfigError(
                 f"{self.rails.config.source or '<config>'}: RunnableRails has no main model: compose "
                 "guardrails | llm (in a longer chain, prompt | (guardrails | llm): Python reads "
@@ -526,12 +531,12 @@ class RunnableRails(Runnable[Any, Any]):
         call = _Call(value)
         token = _CALL.set(call)
         try:
-            reply = await rails.generate_async(messages=messages)
-            turn = rails.explain()  # this turn's: nothing ran between its end and here
+            turn = GuardedTurn(rails, messages)
+            reply = await turn.complete()
         finally:
             _CALL.reset(token)
-        blocked = _blocked(turn)
-        text = self._refusal(blocked) or reply["content"]
+        blocked = turn.blocked
+        text = self._refusal(blocked) or reply
         if self.runnable is not None:  # a wrapped chain
             if call.output is None:  # blocked at input: the chain never ran
                 return {self.output_key: text}
@@ -556,7 +561,7 @@ class RunnableRails(Runnable[Any, Any]):
         value = [item async for item in inputs][-1]  # astream hands over its one input
         messages, shape = _read_input(value, self.input_key)
         self._require_main()
-        stream = self.rails.stream_async(messages=messages, stream_main=None)
+        stream = GuardedStream(self.rails, messages, stream_main=None)
         async with stream:  # closes the turn (and the main call) if the caller stops early
             token = _CALL.set(_Call(value))
             try:
@@ -576,7 +581,7 @@ class RunnableRails(Runnable[Any, Any]):
         return self._call_with_config(self._invoke_blocking, input, config)
 
     def _invoke_blocking(self, value: Any) -> Any:
-        with _Runner(self.rails) as runner:
+        with _Loop(self.rails) as runner:
             return runner.run(self._turn(value))
 
     async def ainvoke(self, input: Any, config: RunnableConfig | None = None, **kwargs: Any) -> Any:
@@ -594,7 +599,7 @@ class RunnableRails(Runnable[Any, Any]):
 
     def stream(self, input: Any, config: RunnableConfig | None = None, **kwargs: Any) -> Iterator[Any]:
         """:meth:`astream`, blocking: each piece is yielded as it comes."""
-        runner = _Runner(self.rails)
+        runner = _Loop(self.rails)
         pieces = self.astream(input, config)
         try:
             while (piece := runner.run(_next(pieces))) is not _DONE:
@@ -652,7 +657,7 @@ class RunnableRails(Runnable[Any, Any]):
         """:meth:`abatch`, blocking (one event loop for the whole batch)."""
         if not inputs:
             return []
-        with _Runner(self.rails) as runner:
+        with _Loop(self.rails) as runner:
             return runner.run(self.abatch(inputs, config, return_exceptions=return_exceptions))
 
 

@@ -131,7 +131,7 @@ def _model_type_of(rails: LLMRails, check: Any) -> str:
 def _main_probe(rails: LLMRails, mode: str) -> Callable[[float], Awaitable[None]] | None:
     from guardcache.rails.main_llm import ClientLLM
 
-    main = rails._main
+    main = rails.runner.main
     if mode == "off" or not isinstance(main, ClientLLM):  # a LangChain model: not ours to probe
         return None
     client = main.client

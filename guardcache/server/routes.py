@@ -19,17 +19,19 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator
 from typing import TYPE_CHECKING, Any
 from urllib.parse import quote
 
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
-from starlette.requests import ClientDisconnect, Request
+from starlette.requests import Request
 from starlette.responses import Response
-from starlette.types import ASGIApp, Message, Receive
+from starlette.types import ASGIApp
 
 from guardcache.errors import BackendError, BackendTimeoutError
+from guardcache.rails.runner import GuardedTurn
 from guardcache.rails.streaming import GuardedStream
+from guardcache.server.intake import error_response, json_response, read_body, reject_reason, too_large
 from guardcache.server.protocol import (
     RequestError,
     completion_body,
@@ -39,22 +41,13 @@ from guardcache.server.protocol import (
     parse_json,
 )
 from guardcache.server.responses import EventStream, JSONResponse, LastEvent
+from guardcache.server.state import ServerState
 from guardcache.server.streaming import DONE, ChunkWriter, error_event
 
 if TYPE_CHECKING:
     from guardcache.prompts.parts import ImageLimits
-    from guardcache.server.app import ServerState
 
 log = logging.getLogger("guardcache.server")
-
-
-def json_response(body: Any, status: int = 200, headers: Mapping[str, str] | None = None) -> JSONResponse:
-    """Compact UTF-8 JSON (the same bytes with or without orjson)."""
-    return JSONResponse(body, status, headers)
-
-
-def error_response(exc: RequestError) -> JSONResponse:
-    return json_response(exc.body(), exc.status, exc.headers or None)
 
 
 class Handlers:
@@ -91,29 +84,29 @@ class Handlers:
         except RequestError as exc:
             state.metrics.reject(reject_reason(exc))
             return error_response(exc)
-        rails = state.rails[config_id]
+        # The config's runner, with the messages parse_chat has read (with the config's image limits).
+        runner = state.rails[config_id].runner
         model = state.main_models[config_id]
-        # A stream reads the main model's stream only when its pieces can go out before the end.
-        main_streams = None if chat.stream else False
-        stream = rails.stream_async(messages=chat.messages, stream_main=main_streams, **chat.params)
         if not chat.stream:
-            # The whole turn in this task (no producer task, no queue): see GuardedStream.complete.
+            # The whole turn in this task, the main model called plainly: no task, no queue.
+            turn = GuardedTurn(runner, chat.messages, chat.params)
             try:
-                text = await stream.complete()
+                text = await turn.complete()
             except BaseException as exc:
-                await stream.aclose()
                 return self._failed(config_id, exc, started, "plain")
-            self._observe(config_id, stream, started, "plain")
-            no_verdict = stream.turn.checks.no_verdict
+            self._observe(config_id, turn, started, "plain")
+            no_verdict = turn.turn.checks.no_verdict
             body = completion_body(
                 completion_id(),
                 model,
                 text,
-                stream.finish_reason,
-                stream.usage,
-                _extension(stream, config_id, no_verdict),
+                turn.finish_reason,
+                turn.usage,
+                _extension(turn, config_id, no_verdict),
             )
-            return json_response(body, headers=_headers(stream, no_verdict))
+            return json_response(body, headers=_headers(turn, no_verdict))
+        # The main model's stream is read only when its pieces can go out before the end.
+        stream = GuardedStream(runner, chat.messages, chat.params, stream_main=None)
         try:
             first = await _first(stream)
         except BaseException as exc:
@@ -179,9 +172,9 @@ class Handlers:
         tail = writer.final(stream.finish_reason or "stop", extension)
         return tail + writer.usage(stream.usage) + DONE if include_usage else tail + DONE
 
-    def _observe(self, config_id: str, stream: GuardedStream, started: float, mode: str) -> None:
+    def _observe(self, config_id: str, turn: GuardedTurn, started: float, mode: str) -> None:
         self.state.metrics.observe_turn(
-            config_id, stream.turn, mode=mode, outcome=_outcome(stream), seconds=time.monotonic() - started
+            config_id, turn.turn, mode=mode, outcome=_outcome(turn), seconds=time.monotonic() - started
         )
 
     def _failed(self, config_id: str, exc: BaseException, started: float, mode: str) -> JSONResponse:
@@ -250,35 +243,6 @@ class Handlers:
         return Response(generate_latest(self.state.metrics.registry), media_type=CONTENT_TYPE_LATEST)
 
 
-async def read_body(receive: Receive, limit: int, first: Message | None = None) -> bytes:
-    """The request body; 413 (a :class:`RequestError`) past ``limit`` bytes, ``ClientDisconnect``
-    when the client leaves first. ``first``: a message the caller already received."""
-    chunks: list[bytes] = []
-    size = 0
-    while True:
-        if first is not None:
-            message, first = first, None
-        else:
-            message = await receive()
-        if message["type"] == "http.disconnect":
-            raise ClientDisconnect()
-        chunk = message.get("body", b"")
-        size += len(chunk)
-        if size > limit:
-            raise too_large(limit)
-        chunks.append(chunk)
-        if not message.get("more_body", False):
-            return chunks[0] if len(chunks) == 1 else b"".join(chunks)
-
-
-def too_large(limit: int) -> RequestError:
-    return RequestError(
-        f"The request body is larger than this server accepts ({limit} bytes).",
-        status=413,
-        code="request_too_large",
-    )
-
-
 async def _first(stream: GuardedStream) -> str | None:
     try:
         return await stream.__anext__()
@@ -286,7 +250,7 @@ async def _first(stream: GuardedStream) -> str | None:
         return None
 
 
-def _extension(stream: GuardedStream, config_id: str, no_verdict: tuple[str, ...]) -> dict[str, Any]:
+def _extension(stream: GuardedTurn, config_id: str, no_verdict: tuple[str, ...]) -> dict[str, Any]:
     """The ``guardcache`` object of an answer. ``no_verdict`` (the turn's ``checks.no_verdict``)
     appears only when a rail got no verdict, so a turn whose rails all answered has the shape it
     always had and costs nothing more."""
@@ -312,7 +276,7 @@ _HEADER_SAFE = " !\"#$&'()*+/:;<=>?@[\\]^`{|}"
 escape ("%"); anything else is percent-encoded, so any flow name makes a valid, splittable header."""
 
 
-def _headers(stream: GuardedStream, no_verdict: tuple[str, ...]) -> dict[str, str] | None:
+def _headers(stream: GuardedTurn, no_verdict: tuple[str, ...]) -> dict[str, str] | None:
     """``X-Guardcache-Blocked`` when blocked, ``X-Guardcache-No-Verdict`` when a rail got no
     verdict (its flows, ``", "``-separated); None (no dict) when neither."""
     if stream.blocked is None and not no_verdict:
@@ -323,17 +287,8 @@ def _headers(stream: GuardedStream, no_verdict: tuple[str, ...]) -> dict[str, st
     return headers
 
 
-def _outcome(stream: GuardedStream) -> str:
+def _outcome(stream: GuardedTurn) -> str:
     return f"blocked_{stream.blocked}" if stream.blocked else "allowed"
-
-
-def reject_reason(exc: RequestError) -> str:
-    """The ``reason`` label of a refused request in ``guardcache_requests_rejected_total``."""
-    if exc.status == 413:
-        return "body_too_large"
-    if exc.code in ("config_not_found", "model_not_found"):
-        return "unknown_config"
-    return "invalid"
 
 
 __all__ = [

@@ -137,7 +137,8 @@ def never_accepting() -> Iterator[str]:
 
 @pytest.fixture(autouse=True, params=TRANSPORTS)
 async def transport(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> AsyncIterator[str]:
-    """The default pool of ChatClients built without a pool: each network transport shipped."""
+    """The default pool of ChatClients built without a pool (``guardcache.llm.pool.default_pool``:
+    guardcache's own HTTP/1.1 client), replaced by each network transport shipped in turn."""
     pool = new_pool(request.param)
     monkeypatch.setattr(pools, "_default_wire", pool)
     yield request.param
@@ -303,8 +304,9 @@ async def test_an_error_body_quoting_the_prompt_reaches_no_log_and_no_error(
 
 
 async def test_2000_concurrent_distinct_calls_all_succeed(emulator: EmulatorServer) -> None:
-    # The phases of the old default: a queue for a connection longer than pool=5 s used to fail
-    # the calls still waiting (2-5% of such a burst). Now only the call's budget bounds the wait.
+    # The phases of an old default, when httpx2 carried every call: a queue for a connection longer
+    # than pool=5 s failed the calls still waiting (2-5% of such a burst). Now only the call's
+    # budget bounds the wait (the admission gate), whichever transport carries it.
     client = ChatClient(emulator.base_url, model=MODEL, timeout=httpx2.Timeout(120, connect=2, pool=5))
     results = await asyncio.gather(
         *(client.complete([{"role": "user", "content": f"distinct message {i}"}]) for i in range(2000)),

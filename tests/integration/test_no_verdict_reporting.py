@@ -38,7 +38,7 @@ import uvicorn
 from prometheus_client.parser import text_string_to_metric_families
 
 from guardcache import LLMRails, RailsConfig, cli
-from guardcache.llm.pool import shared_ssl_context
+from guardcache.llm.lanes import shared_ssl_context
 from guardcache.rails import REFUSAL
 from guardcache.server.app import create_app
 from guardcache.server.settings import ServeSettings

@@ -42,7 +42,8 @@ from guardcache.errors import (
     BackendTLSError,
 )
 from guardcache.llm.client import ChatClient
-from guardcache.llm.pool import default_pool, shared_ssl_context
+from guardcache.llm.lanes import shared_ssl_context
+from guardcache.llm.pool import default_pool
 from guardcache.llm.retry import RetryPolicy
 from guardcache.llm.stream import StreamTotals
 from guardcache.llm.wire import CHECK_LIMITS, MAIN_LIMITS, LineSplitter, WireError, WireLimits, WirePool

@@ -11,7 +11,10 @@ importing a unit of its own layer (peers) or of a higher one is a violation, rep
 line, module and import. A module of an undeclared unit is a violation too: a new package gets a
 place in ``LAYERS`` (and in docs/architecture.md) before it is used.
 
-Imports under ``if TYPE_CHECKING:`` are exempt: they are never executed. Imports by name at run
+Imports under ``if TYPE_CHECKING:`` are exempt from the layers: they are never executed. They are
+not exempt from the second rule, no circles between modules (:func:`circles`): a type named across a
+circle still ties the two modules together (one cannot be read, moved or tested without the other),
+so what both need gets one home below them. Imports by name at run
 time (``importlib.import_module``: the CLI's subcommands, the catalog loading its folders' ``flows``
 and ``parsers``) are not seen; both load modules the layering allows.
 """
@@ -80,11 +83,13 @@ def _is_type_checking(test: ast.expr) -> bool:
 
 
 class _Collector(ast.NodeVisitor):
-    """The guardcache imports of one module, resolved to module names (``TYPE_CHECKING`` skipped)."""
+    """The guardcache imports of one module, resolved to module names (``TYPE_CHECKING`` skipped
+    unless ``type_checking``)."""
 
-    def __init__(self, module: str, is_package: bool, known: set[str]) -> None:
+    def __init__(self, module: str, is_package: bool, known: set[str], type_checking: bool = False) -> None:
         self.package = module if is_package else module.rpartition(".")[0]
         self.known = known
+        self.type_checking = type_checking
         self.found: list[tuple[str, int]] = []
 
     def _resolve(self, name: str) -> str:
@@ -98,7 +103,7 @@ class _Collector(ast.NodeVisitor):
             self.found.append((self._resolve(name), line))
 
     def visit_If(self, node: ast.If) -> None:
-        if _is_type_checking(node.test):
+        if _is_type_checking(node.test) and not self.type_checking:
             for child in node.orelse:
                 self.visit(child)
         else:
@@ -120,13 +125,14 @@ class _Collector(ast.NodeVisitor):
             self._add(submodule if submodule in self.known else source, node.lineno)
 
 
-def imports_of(root: Path) -> list[Import]:
-    """Every guardcache import of every module under ``root/guardcache``."""
+def imports_of(root: Path, type_checking: bool = False) -> list[Import]:
+    """Every guardcache import of every module under ``root/guardcache`` (with those under
+    ``if TYPE_CHECKING:`` when ``type_checking``)."""
     modules = modules_of(root)
     known = set(modules)
     out: list[Import] = []
     for module, path in modules.items():
-        collector = _Collector(module, path.name == "__init__.py", known)
+        collector = _Collector(module, path.name == "__init__.py", known, type_checking)
         collector.visit(ast.parse(path.read_text(encoding="utf-8"), filename=str(path)))
         out += [Import(module, target, path, line) for target, line in collector.found]
     return out
@@ -165,6 +171,39 @@ def violations(root: Path, layers: tuple[tuple[str, ...], ...] = LAYERS) -> list
     return list(dict.fromkeys(problems))  # ``from x import a, b`` is one line, reported once
 
 
+def circles(root: Path) -> list[list[str]]:
+    """Groups of modules under ``root/guardcache`` that import one another round a circle, counting
+    ``TYPE_CHECKING`` imports (Tarjan's strongly connected components of the module graph)."""
+    graph: dict[str, set[str]] = {module: set() for module in modules_of(root)}
+    for imp in imports_of(root, type_checking=True):
+        if imp.target != imp.module:
+            graph[imp.module].add(imp.target)
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    found: list[list[str]] = []
+
+    def visit(module: str) -> None:  # recursion depth: the longest import chain, a few dozen
+        index[module] = low[module] = len(index)
+        stack.append(module)
+        for target in graph[module]:
+            if target not in index:
+                visit(target)
+                low[module] = min(low[module], low[target])
+            elif target in stack:
+                low[module] = min(low[module], index[target])
+        if low[module] == index[module]:
+            group = stack[stack.index(module) :]
+            del stack[stack.index(module) :]
+            if len(group) > 1:
+                found.append(sorted(group))
+
+    for module in graph:
+        if module not in index:
+            visit(module)
+    return sorted(found)
+
+
 # -- the rule holds for guardcache ----------------------------------------------------------------
 
 
@@ -172,11 +211,19 @@ def test_guardcache_imports_go_one_way_down_the_layers() -> None:
     assert violations(ROOT) == []
 
 
+def test_no_module_imports_round_a_circle() -> None:
+    """llm/pool.py <-> h1_pool.py, llm/client.py <-> stream.py, server/app.py <-> routes.py and
+    rails/llmrails.py <-> runnable.py, streaming.py were circles: the shared lanes, limits and TLS
+    context live in llm/lanes.py, a stream reads its client through a protocol, the server's state
+    and body reading in server/state.py and server/intake.py, and the rails' turn in rails/runner.py."""
+    assert circles(ROOT) == []
+
+
 def test_the_graph_is_read_from_every_module() -> None:
     """A checker that reads nothing passes everything: make sure it reads the real edges."""
     edges = {(i.module, i.target) for i in imports_of(ROOT)}
     assert ("guardcache.config.rails", "guardcache.checks.catalog") in edges  # the catalog edge
-    assert ("guardcache.rails.llmrails", "guardcache.language") in edges  # from guardcache import x
+    assert ("guardcache.rails.runner", "guardcache.language") in edges  # from guardcache import x
     assert ("guardcache.emulator.for_config", "guardcache.emulator.server") in edges  # relative
     assert len(edges) > 200
 
@@ -271,3 +318,18 @@ def test_an_import_against_the_layers_fails_naming_module_and_import(
     problems = violations(_tree(tmp_path, {**GOOD, file: text}))
     assert len(problems) == 1, problems
     assert expected in problems[0]
+
+
+def test_a_circle_through_a_type_checking_import_is_found(tmp_path: Path) -> None:
+    base = {**GOOD, "rails/__init__.py": "from guardcache import language\n"}
+    assert circles(_tree(tmp_path / "base", base)) == []
+    files = {
+        **base,
+        "llm/client.py": "from guardcache.llm.stream import read\n",
+        "llm/stream.py": (
+            "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from guardcache.llm.client import C\n"
+        ),
+    }
+    root = _tree(tmp_path / "circle", files)
+    assert violations(root) == []  # the layers exempt it...
+    assert circles(root) == [["guardcache.llm.client", "guardcache.llm.stream"]]  # ...the circles do not

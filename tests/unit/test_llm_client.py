@@ -28,7 +28,8 @@ from guardcache.errors import (
     InputRejectedError,
 )
 from guardcache.llm.client import DEFAULT_TIMEOUT, ChatClient
-from guardcache.llm.pool import ClientPool, aclose_all, get_http_client
+from guardcache.llm.httpx_pool import ClientPool
+from guardcache.llm.pool import aclose_all, get_http_client
 from guardcache.llm.response import error_summary, parse_usage
 from guardcache.llm.retry import RetryPolicy, parse_retry_after
 from guardcache.llm.types import Usage

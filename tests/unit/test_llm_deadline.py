@@ -14,7 +14,7 @@ import pytest
 
 from guardcache.errors import BackendStatusError, BackendTimeoutError
 from guardcache.llm.client import DEFAULT_TIMEOUT, ChatClient, phase_timeouts
-from guardcache.llm.pool import ClientPool
+from guardcache.llm.httpx_pool import ClientPool
 from guardcache.llm.retry import RetryPolicy
 from tests.unit.test_llm_client import BASE, MESSAGES, Script, ok
 

@@ -138,3 +138,30 @@ def test_chunks_are_valid_json_events() -> None:
     assert final["guardcache"] == {"blocked": True, "rail": "r"}
     assert _event(error_event("boom", "upstream_error", "x"))["error"]["code"] == "x"
     assert DONE == b"data: [DONE]\n\n"
+
+
+def test_events_are_the_bytes_of_the_one_json_writer() -> None:
+    """Byte for byte: compact UTF-8 JSON, written by ``dumps_body`` as the plain answers are (a
+    non-ASCII model name or text is UTF-8, never ``\\u`` escapes; control characters are escaped)."""
+    writer = ChunkWriter("chatcmpl-1", "mödel", created=5)
+    head = 'data: {"id":"chatcmpl-1","object":"chat.completion.chunk","created":5,"model":"mödel"'
+    choice = head + ',"choices":[{"index":0,"delta":'
+    open_ = '"logprobs":null,"finish_reason":null}]}\n\n'
+    first = writer.content('ü "q"\n\x00', first=True)
+    assert first == (choice + '{"role":"assistant","content":"ü \\"q\\"\\n\\u0000"},' + open_).encode()
+    assert writer.content("x") == (choice + '{"content":"x"},' + open_).encode()
+    extension = {"blocked": True, "rail": "r", "no_verdict": ["é"], "config_id": "c"}
+    assert (
+        writer.final("content_filter", extension)
+        == (
+            choice + '{},"logprobs":null,"finish_reason":"content_filter"}],'
+            '"guardcache":{"blocked":true,"rail":"r","no_verdict":["é"],"config_id":"c"}}\n\n'
+        ).encode()
+    )
+    usage = type("U", (), {"prompt_tokens": 3, "completion_tokens": 4, "total_tokens": 7})()
+    counts = '{"prompt_tokens":3,"completion_tokens":4,"total_tokens":7}'
+    assert writer.usage(usage) == (head + ',"choices":[],"usage":' + counts + "}\n\n").encode()
+    assert writer.usage(None) == (head + ',"choices":[],"usage":null}\n\n').encode()
+    assert error_event("boom", "upstream_error", "x") == (
+        b'data: {"error":{"message":"boom","type":"upstream_error","param":null,"code":"x"}}\n\n'
+    )
