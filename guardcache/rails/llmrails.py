@@ -36,8 +36,21 @@ class LLMRails:
     """
 
     def __init__(self, config: RailsConfig, llm: Any | None = None) -> None:
+        self._adopt(TurnRunner(config, llm))
+
+    @classmethod
+    def on_runner(cls, runner: TurnRunner) -> LLMRails:
+        """Rails around an existing runner (its caches, clients and main model shared): what
+        ``RunnableRails`` hands out as its ``rails`` when ``guardrails | llm`` made a runner of its
+        own with ``llm`` as the main model."""
+        rails = cls.__new__(cls)
+        rails._adopt(runner)
+        return rails
+
+    def _adopt(self, runner: TurnRunner) -> None:
+        config = runner.config
         self.config = config
-        self.runner = TurnRunner(config, llm)
+        self.runner = runner
         self._runtime = self.runner.runtime  # the built clients, caches and rails
         self.model_caches: dict[str, CacheInterface] = self.runner.model_caches
         # Images a user message may carry: None (refused) unless a vision rail judges them.
@@ -147,16 +160,6 @@ class LLMRails:
     async def aclose(self) -> None:
         """Flush and close what this loop opened: shared-tier stats and connections, HTTP pools."""
         await self.runner.aclose(flush=True)
-
-    def as_runnable(self, **kwargs: Any) -> Any:
-        """These rails as a LangChain Runnable sharing their caches: ``rails.as_runnable() | llm``.
-
-        Returns a :class:`guardcache.rails.runnable.RunnableRails` on this instance's runner
-        (``kwargs``: its ``llm``, ``runnable``, ``input_key``, ``output_key``...).
-        """
-        from guardcache.rails.runnable import RunnableRails  # LangChain's runnables: a heavy import
-
-        return RunnableRails(self.runner, **kwargs)
 
     # -- internals -------------------------------------------------------------------------------
 

@@ -3,7 +3,7 @@
     from guardcache import RailsConfig, RunnableRails
 
     guardrails = RunnableRails(RailsConfig.from_path("./config"))
-    chain = prompt | (guardrails | llm)        # or RunnableRails(config, llm=llm), rails.as_runnable() | llm
+    chain = prompt | (guardrails | llm)        # or RunnableRails(config, llm=llm), RunnableRails(rails) | llm
     chain.invoke({"question": "..."})
 
 ``guardrails | llm`` is one guarded turn per call, the turn :meth:`LLMRails.generate_async` runs
@@ -11,7 +11,7 @@
 check the input; a block returns the refusal without calling ``llm``; otherwise ``llm`` answers and
 the output rails check the answer. Every check goes through the same cached checks (one
 :class:`~guardcache.rails.runner.TurnRunner`, so one set of caches, per ``RunnableRails``; those made
-by ``|`` from one ``RunnableRails``, or by ``rails.as_runnable()``, share its caches).
+by ``|`` from one ``RunnableRails``, or given an ``LLMRails``, share its caches).
 
 What goes in and what comes out (as NeMo's ``RunnableRails``):
 
@@ -78,7 +78,7 @@ import logging
 from collections.abc import AsyncIterator, Coroutine, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from types import TracebackType
-from typing import Any, NamedTuple, Protocol, TypeVar
+from typing import Any, NamedTuple, TypeVar
 
 from langchain_core.language_models import BaseLanguageModel
 from langchain_core.messages import AIMessage, AIMessageChunk, BaseMessage, ChatMessage
@@ -91,6 +91,7 @@ from guardcache.config import RailsConfig
 from guardcache.errors import ConfigError
 from guardcache.llm.stream import StreamTotals
 from guardcache.llm.types import Usage
+from guardcache.rails.llmrails import LLMRails
 from guardcache.rails.main_llm import LangChainLLM
 from guardcache.rails.messages import Message, read_messages
 from guardcache.rails.runner import GuardedTurn, TurnRunner
@@ -306,27 +307,16 @@ def _binds_tools(value: Any) -> bool:
     return False
 
 
-class _HasRunner(Protocol):
-    """Rails that run their turns on a :class:`TurnRunner` (an ``LLMRails``: ``rails.runner``)."""
-
-    @property
-    def runner(self) -> TurnRunner: ...
-
-
-def _runner_of(config: RailsConfig | TurnRunner | _HasRunner) -> TurnRunner:
+def _runner_of(config: RailsConfig | LLMRails | TurnRunner) -> TurnRunner:
     """The runner a ``RunnableRails`` runs on: a new one for a config, else the given rails' own
-    (so their caches are shared). Rails are read by their ``runner``, not by their class: this
-    module sits below ``llmrails`` (whose ``as_runnable()`` makes a ``RunnableRails``)."""
+    (so their caches are shared; a runner: ``guardrails | llm`` deriving from these rails)."""
     if isinstance(config, RailsConfig):
         return TurnRunner(config)
     if isinstance(config, TurnRunner):
         return config
-    runner = getattr(config, "runner", None)
-    if not isinstance(runner, TurnRunner):
-        raise TypeError(
-            f"RunnableRails takes a RailsConfig or an LLMRails (or its runner), not {type(config).__name__}"
-        )
-    return runner
+    if isinstance(config, LLMRails):
+        return config.runner
+    raise TypeError(f"RunnableRails takes a RailsConfig or an LLMRails, not {type(config).__name__}")
 
 
 # -- blocking calls ----------------------------------------------------------------------------------
@@ -398,8 +388,7 @@ class RunnableRails(Runnable[Any, Any]):
     """The rails of a config as a LangChain ``Runnable`` (see the module docstring).
 
     Args:
-        config: a :class:`RailsConfig`, or an :class:`LLMRails` (or its ``runner``) whose caches
-            to share (``rails.as_runnable()``).
+        config: a :class:`RailsConfig`, or an :class:`LLMRails` whose caches to share.
         llm: the main model (any LangChain chat model); ``RunnableRails(config) | llm`` sets it too.
             Without it (and without ``runnable``), the config's ``main`` model answers.
         runnable: a chain to wrap instead of a model; it gets the caller's original input.
@@ -410,13 +399,14 @@ class RunnableRails(Runnable[Any, Any]):
         passthrough, tools, verbose: NeMo's; see the module docstring.
 
     Attributes:
-        rails: the :class:`~guardcache.rails.runner.TurnRunner` that runs each turn
-            (``rails.explain()``, ``rails.model_caches``).
+        rails: the :class:`LLMRails` these turns run on, as NeMo's (``rails.explain()``,
+            ``rails.model_caches``; with ``llm``/``runnable`` set, rails of their own whose main
+            model it is, sharing the caches).
     """
 
     def __init__(
         self,
-        config: RailsConfig | TurnRunner | _HasRunner,
+        config: RailsConfig | LLMRails | TurnRunner,
         llm: Any | None = None,
         tools: Sequence[Any] | None = None,
         passthrough: bool = True,
@@ -451,7 +441,7 @@ class RunnableRails(Runnable[Any, Any]):
         self.verbose = verbose
         self.input_blocked_message = input_blocked_message
         self.output_blocked_message = output_blocked_message
-        self.rails: TurnRunner = base
+        runner = base
         where = base.config.source or "<config>"
         if llm is not None:
             if not _is_model(llm):
@@ -464,14 +454,16 @@ class RunnableRails(Runnable[Any, Any]):
                     "RunnableRails: the model has tools bound; a tool call is not text the rails can "
                     "check. Wrap the agent that runs the tools instead: RunnableRails(config, runnable=agent)"
                 )
-            self.rails = base.with_main(_WrappedMain(llm, chain=False, output_key=output_key))
+            runner = base.with_main(_WrappedMain(llm, chain=False, output_key=output_key))
         elif runnable is not None:
             if base.config.rails.input.during_main:
                 raise ConfigError(
                     f"{where}: rails.input.during_main: a wrapped chain may act; it must not start "
                     "before the input verdict (wrap a model instead, or turn during_main off)"
                 )
-            self.rails = base.with_main(_WrappedMain(runnable, chain=True, output_key=output_key))
+            runner = base.with_main(_WrappedMain(runnable, chain=True, output_key=output_key))
+        self._runner = runner
+        self.rails = config if isinstance(config, LLMRails) and runner is base else LLMRails.on_runner(runner)
 
     # -- composition -------------------------------------------------------------------------------
 
@@ -482,7 +474,7 @@ class RunnableRails(Runnable[Any, Any]):
         if self.llm is None and self.runnable is None:
             if _is_model(other):
                 return self._derive(llm=other)
-            if self.rails.main is None:
+            if self._runner.main is None:
                 return self._derive(runnable=coerce_to_runnable(other))
         return RunnableSequence(self, coerce_to_runnable(other))
 
@@ -509,9 +501,9 @@ class RunnableRails(Runnable[Any, Any]):
     # -- one turn ------------------------------------------------------------------------------------
 
     def _require_main(self) -> None:
-        if self.rails.main is None:
+        if self._runner.main is None:
             raise ConfigError(
-                f"{self.rails.config.source or '<config>'}: RunnableRails has no main model: compose "
+                f"{self._runner.config.source or '<config>'}: RunnableRails has no main model: compose "
                 "guardrails | llm (in a longer chain, prompt | (guardrails | llm): Python reads "
                 "prompt | guardrails | llm as (prompt | guardrails) | llm), pass llm= or runnable=, or "
                 "add a model with type: main to the config"
@@ -527,7 +519,7 @@ class RunnableRails(Runnable[Any, Any]):
     async def _turn(self, value: Any) -> Any:
         messages, shape = _read_input(value, self.input_key)
         self._require_main()
-        rails = self.rails
+        rails = self._runner
         call = _Call(value)
         token = _CALL.set(call)
         try:
@@ -561,7 +553,7 @@ class RunnableRails(Runnable[Any, Any]):
         value = [item async for item in inputs][-1]  # astream hands over its one input
         messages, shape = _read_input(value, self.input_key)
         self._require_main()
-        stream = GuardedStream(self.rails, messages, stream_main=None)
+        stream = GuardedStream(self._runner, messages, stream_main=None)
         async with stream:  # closes the turn (and the main call) if the caller stops early
             token = _CALL.set(_Call(value))
             try:
@@ -581,7 +573,7 @@ class RunnableRails(Runnable[Any, Any]):
         return self._call_with_config(self._invoke_blocking, input, config)
 
     def _invoke_blocking(self, value: Any) -> Any:
-        with _Loop(self.rails) as runner:
+        with _Loop(self._runner) as runner:
             return runner.run(self._turn(value))
 
     async def ainvoke(self, input: Any, config: RunnableConfig | None = None, **kwargs: Any) -> Any:
@@ -599,7 +591,7 @@ class RunnableRails(Runnable[Any, Any]):
 
     def stream(self, input: Any, config: RunnableConfig | None = None, **kwargs: Any) -> Iterator[Any]:
         """:meth:`astream`, blocking: each piece is yielded as it comes."""
-        runner = _Loop(self.rails)
+        runner = _Loop(self._runner)
         pieces = self.astream(input, config)
         try:
             while (piece := runner.run(_next(pieces))) is not _DONE:
@@ -657,7 +649,7 @@ class RunnableRails(Runnable[Any, Any]):
         """:meth:`abatch`, blocking (one event loop for the whole batch)."""
         if not inputs:
             return []
-        with _Loop(self.rails) as runner:
+        with _Loop(self._runner) as runner:
             return runner.run(self.abatch(inputs, config, return_exceptions=return_exceptions))
 
 

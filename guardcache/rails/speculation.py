@@ -9,7 +9,7 @@ the signal never fires, and the main model starts after the verdict as usual.
 
 A block cancels the main call: its connection is closed, its output is discarded and never reaches the
 user or any cache; ``explain()`` lists it as a cancelled call with the time it ran. The trade: main
-model tokens spent on turns that get blocked (see the README).
+model tokens spent on turns that get blocked (measured in docs/performance.md).
 """
 
 from __future__ import annotations

@@ -53,7 +53,7 @@ class ServerState:
         return {config_id: r.model_caches for config_id, r in self.rails.items()}
 
     def select(self, config_id: str | None, model: str | None) -> str:
-        """The config a request goes to (see the README: ``config_id``, else the only config, else
+        """The config a request goes to (docs/serving.md: ``config_id``, else the only config, else
         the config whose id or main model the ``model`` field names)."""
         if config_id is not None:
             if config_id not in self.rails:

@@ -357,11 +357,11 @@ async def test_a_wrapped_chain_gets_the_original_input_and_its_answer_is_checked
     assert llm.calls == 3
 
 
-async def test_as_runnable_shares_the_rails_caches(emulator: EmulatorServer) -> None:
+async def test_runnable_rails_of_an_llmrails_share_its_caches(emulator: EmulatorServer) -> None:
     rails = LLMRails(guard_config(emulator.base_url))
     assert (await rails.check_async(user(SAFE))).allowed  # the input verdict, now cached
     llm = FakeLLM()
-    chain = rails.as_runnable() | llm
+    chain = RunnableRails(rails) | llm
     assert chain.rails.model_caches["content_safety"] is rails.model_caches["content_safety"]
 
     assert await chain.ainvoke(SAFE) == ANSWER
