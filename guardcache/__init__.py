@@ -5,7 +5,7 @@
 
 from typing import TYPE_CHECKING, Any
 
-from guardcache.cache import CacheInterface, CacheStats, LFUCache
+from guardcache.cache import CacheInterface, CacheStats, LFUCache, TinyLFUCache
 from guardcache.checks.verdict import RailResult, Verdict
 from guardcache.config import RailsConfig
 from guardcache.errors import BackendError, ConfigError, GuardcacheError, ParseError
@@ -40,6 +40,7 @@ __all__ = [
     "RailResult",
     "RailsConfig",
     "RunnableRails",
+    "TinyLFUCache",
     "TurnInfo",
     "Verdict",
     "__version__",

@@ -1,5 +1,9 @@
 """In-process and shared result caches. Nothing here imports the rest of guardcache.
 
+The in-process caches are one :class:`PolicyCache` around an eviction policy each: ``LFUCache``
+(the default) and ``TinyLFUCache`` (W-TinyLFU, adaptive); :func:`make_cache` builds one by policy
+name (:data:`POLICY_NAMES`).
+
 The Redis tier (``TieredCache``, ``RedisSettings``, ``TierStats``, ``build_tiered_cache``) is
 re-exported lazily: importing this package never needs the ``redis`` extra.
 """
@@ -9,14 +13,18 @@ from typing import TYPE_CHECKING, Any
 from guardcache.cache.interface import MISSING, CacheInterface, ComputeFn
 from guardcache.cache.keys import Namespace, make_key, normalize_messages, normalize_text
 from guardcache.cache.lfu import CacheEntry, LFUCache
+from guardcache.cache.policy import EvictionPolicy, HotPaths
+from guardcache.cache.policy_cache import PolicyCache
 from guardcache.cache.recorder import (
     DISABLED_RECORDER,
     ConcurrentStatsRecorder,
     StatsRecorder,
     StatsSnapshot,
 )
+from guardcache.cache.registry import POLICY_NAMES, cache_class, make_cache
 from guardcache.cache.singleflight import SingleFlight
 from guardcache.cache.stats import CacheStats, StatsReporter, default_reporter
+from guardcache.cache.tinylfu import TinyLFUCache
 
 if TYPE_CHECKING:
     from guardcache.cache.redis import (
@@ -41,14 +49,18 @@ def __getattr__(name: str) -> Any:
 __all__ = [
     "DISABLED_RECORDER",
     "MISSING",
+    "POLICY_NAMES",
     "CacheEntry",
     "CacheInterface",
     "CacheStats",
     "ComputeFn",
     "ConcurrentStatsRecorder",
+    "EvictionPolicy",
     "GlobalTierStats",
+    "HotPaths",
     "LFUCache",
     "Namespace",
+    "PolicyCache",
     "RedisSettings",
     "SingleFlight",
     "StatsRecorder",
@@ -56,8 +68,11 @@ __all__ = [
     "StatsSnapshot",
     "TierStats",
     "TieredCache",
+    "TinyLFUCache",
     "build_tiered_cache",
+    "cache_class",
     "default_reporter",
+    "make_cache",
     "make_key",
     "normalize_messages",
     "normalize_text",

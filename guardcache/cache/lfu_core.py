@@ -1,4 +1,8 @@
-"""The LFU structure and its two hot paths, ``get`` and ``put``, as closures.
+"""The LFU policy: least frequently used goes first, the least recent among equal frequencies; O(1).
+
+One module behind the policy seam (:mod:`guardcache.cache.policy`): the cache around it
+(:class:`~guardcache.cache.policy_cache.PolicyCache`) does the locking, single flight, stats and
+introspection; this is the order of the entries and the two hot paths over it.
 
 The structure: one doubly linked list of all entries, grouped by frequency in ascending order, newest
 first within a group. ``oldest`` maps each frequency present to its group's oldest entry (the group's
@@ -9,60 +13,48 @@ last node), which is both where that group is evicted from and where the next gr
 - the victim is ``oldest[f]`` of the first group; a new entry goes right after the sentinel;
 - an emptied group leaves nothing behind (there are no per-frequency list objects to pile up).
 
-Entries live in parallel arrays indexed by a slot number (struct of arrays), not in one object per
-entry: ~140 bytes an entry instead of ~210 for node objects, nothing for the garbage collector to
-track, and an evicted slot is reused by the put that evicted it. Slot 0 is the sentinel (frequency 0,
-which no entry has). The containers are mutated in place, never replaced, so closures over them stay
-valid across ``clear()``.
+The entries are the :class:`~guardcache.cache.slots.Slots` table's; this policy adds three per-slot
+arrays (``freq``, ``prev``, ``next``). Slot 0 is the sentinel (frequency 0, which no entry has).
 
 Why closures: ``get`` and ``put`` are the product's hot path. As closures over the containers, they
 read cells instead of instance attributes and take the RLock with ``acquire``/``release`` rather than
 ``with`` (measured on CPython 3.11, get hit: a method reading the same containers from attributes
 runs ~14% slower, ~11% more instructions). This is the technique of the pure-Python
-``functools.lru_cache``. ``LFUCache`` keeps them as ``cache.hot`` and binds them as its ``get`` and
+``functools.lru_cache``. The policy keeps them as ``hot``; the cache binds them as its ``get`` and
 ``put``.
 
 Counting: the closures count in ``nonlocal`` ints under the lock they hold anyway; the cache hands
-them to its recorder as a source read at snapshot time (see :mod:`~guardcache.cache.recorder`). A
-cache whose recorder is disabled gets a ``get`` without the counter lines at all.
+them to its recorder as a source read at snapshot time (see :mod:`~guardcache.cache.recorder`).
 """
 
 from __future__ import annotations
 
 import threading
-import time
-from array import array
-from collections.abc import Callable, Hashable
-from typing import Any, NamedTuple
+from collections.abc import Hashable, MutableSequence
+from typing import Any, ClassVar
 
-# Timestamps are taken on the monotonic clock (~30 ns cheaper a call than time.time() here, and on
-# both hot paths) and turned into wall-clock time when read, from one anchor taken at import.
-_clock = time.monotonic
-_WALL_OFFSET = time.time() - time.monotonic()
+from guardcache.cache.policy import HotPaths
+from guardcache.cache.slots import Slots
+from guardcache.cache.slots import clock as _clock
 
 
-def wall_time(stamp: float) -> float:
-    """The wall-clock (``time.time()``) equivalent of a timestamp taken with ``_clock``."""
-    return stamp + _WALL_OFFSET
+class LFUPolicy(Slots):
+    """The LFU order over the slot table. Every method expects the caller to hold the cache's lock."""
 
+    name: ClassVar[str] = "LFU"
 
-class Structure:
-    """The containers of one cache. Every method expects the caller to hold the cache's lock."""
-
-    def __init__(self) -> None:
-        self.index: dict[Hashable, int] = {}
-        self.keys: list[Any] = [None]
-        self.values: list[Any] = [None]
+    def __init__(self, maxsize: int, lock: threading.RLock) -> None:
+        super().__init__(sentinels=1)
+        self.maxsize = maxsize
         self.freq: list[int] = [0]
         self.prev: list[int] = [0]
         self.next: list[int] = [0]
-        self.created = array("d", [0.0])
-        # None until the first access after the put: a float object (24 B) is only kept for entries
-        # that were read again, and a list store is ~50 ns cheaper than an array store on a hit.
-        self.accessed: list[float | None] = [None]
         self.oldest: dict[int, int] = {}  # frequency -> slot of that group's oldest entry
-        self.free: list[int] = []
-        self.removed = 0  # entries deleted (not evicted) since creation, for the derived puts count
+        #: This cache's ``get`` and ``put`` over these containers (see the module doc).
+        self.hot: HotPaths = hot_paths(self, lock, maxsize)
+
+    def columns(self) -> tuple[MutableSequence[Any], ...]:
+        return (*super().columns(), self.freq, self.prev, self.next)
 
     def touch(self, i: int) -> None:
         """Count an access of slot ``i``: move it to the front of the next frequency group."""
@@ -107,19 +99,18 @@ class Structure:
                 del oldest[f]
         nxt[p] = n
         prv[n] = p
-        self.keys[i] = self.values[i] = None
-        self.free.append(i)
-        self.removed += 1
+        self.release(i)
         return True
 
     def reset(self) -> None:
         """Empty every container in place (closures keep pointing at the same objects)."""
-        self.index.clear()
-        for seq in (self.keys, self.values, self.freq, self.prev, self.next, self.created, self.accessed):
-            del seq[1:]
+        self.reset_slots()
         self.prev[0] = self.next[0] = 0
         self.oldest.clear()
-        self.free.clear()
+
+    def frequency(self, i: int) -> int:
+        """Accesses of the entry since it was stored (its put included)."""
+        return self.freq[i]
 
     def eviction_order(self) -> list[Hashable]:
         """Keys from the next victim to the safest (O(n))."""
@@ -135,17 +126,7 @@ class Structure:
         return [key for group in groups for key in reversed(group)]
 
 
-class HotPaths(NamedTuple):
-    """A cache's ``get(key, default=None)`` and ``put(key, value)``, and ``counts()``: the totals
-    they counted since they were made, ``(hits, misses, evictions, updates)``; read it holding the
-    lock."""
-
-    get: Callable[[Hashable, Any], Any]
-    put: Callable[[Hashable, Any], None]
-    counts: Callable[[], tuple[int, int, int, int]]
-
-
-def hot_paths(s: Structure, lock: threading.RLock, maxsize: int) -> HotPaths:
+def hot_paths(s: LFUPolicy, lock: threading.RLock, maxsize: int) -> HotPaths:
     """``get`` and ``put`` over the structure, under ``lock``, counting in closure cells.
 
     They count whether or not the cache's recorder is enabled: a disabled recorder simply never
@@ -283,40 +264,4 @@ def hot_paths(s: Structure, lock: threading.RLock, maxsize: int) -> HotPaths:
     return HotPaths(get, put if maxsize else put_nothing, counts)
 
 
-class LineClock:
-    """When a cache that logs on access last wrote its stats line (``time.time()`` seconds)."""
-
-    __slots__ = ("interval", "last")
-
-    def __init__(self, interval: float) -> None:
-        self.interval = interval
-        self.last = time.time()
-
-
-def with_line_check(hot: HotPaths, clock: LineClock, due: Callable[[float], None]) -> HotPaths:
-    """``get`` and ``put`` that first call ``due(now)`` once ``clock.interval`` has passed since
-    ``clock.last`` (or the clock went back), as NeMo Guardrails' cache does on every call.
-
-    Only caches that log on access get these (~one clock read and a frame more per call); the others
-    keep the bare closures. ``time.time`` is looked up on each call, not bound here, so that a test's
-    ``patch("time.time")`` drives the schedule as it does NeMo's.
-    """
-    get, put, counts = hot
-    wall = time
-
-    def checked_get(key: Hashable, default: Any = None) -> Any:
-        now = wall.time()
-        if not 0.0 <= now - clock.last < clock.interval:
-            due(now)
-        return get(key, default)
-
-    def checked_put(key: Hashable, value: Any) -> None:
-        now = wall.time()
-        if not 0.0 <= now - clock.last < clock.interval:
-            due(now)
-        put(key, value)
-
-    return HotPaths(checked_get, checked_put, counts)
-
-
-__all__ = ["HotPaths", "LineClock", "Structure", "hot_paths", "wall_time", "with_line_check"]
+__all__ = ["LFUPolicy", "hot_paths"]

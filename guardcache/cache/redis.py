@@ -17,7 +17,7 @@ settings (including the secret) and a codec (``guardcache.rails.caches`` does th
 
 from __future__ import annotations
 
-from guardcache.cache.lfu import LFUCache
+from guardcache.cache.policy_cache import PolicyCache
 from guardcache.cache.redis_keys import KeySpace, model_scope
 from guardcache.cache.redis_stats import GlobalTierStats, TierStats
 from guardcache.cache.redis_store import Lease, RedisSettings, RedisStore
@@ -26,7 +26,7 @@ from guardcache.cache.tiered import Codec, TieredCache
 
 
 def build_tiered_cache(
-    l1: LFUCache,
+    l1: PolicyCache,
     *,
     codec: Codec,
     settings: RedisSettings,

@@ -4,9 +4,9 @@ The numbers are counted by the cache's :class:`~guardcache.cache.recorder.StatsR
 one snapshot of it (taken under the cache's lock); formatting and logging happen outside the lock. A
 cache given a :class:`StatsReporter` is reported by that reporter's ONE daemon thread (shared by all
 such caches of the process, holding only weak references), so a cache with an interval costs no
-thread and a cache that is closed or garbage-collected simply drops out of the schedule. (An LFUCache
+thread and a cache that is closed or garbage-collected simply drops out of the schedule. (A cache
 with an interval and no reporter logs on access instead, as NeMo Guardrails' does: see
-:class:`~guardcache.cache.lfu.LFUCache`.)
+:class:`~guardcache.cache.policy_cache.PolicyCache`.)
 """
 
 from __future__ import annotations
@@ -24,9 +24,18 @@ from guardcache.cache.recorder import StatsSnapshot
 
 log = logging.getLogger("guardcache.cache.lfu")
 
-#: The stats line is ``LINE_FORMAT % stats.format_body()``; logged with that format and argument, so a
-#: handler (or a test patching ``log.info``) sees the fields apart, as in NeMo Guardrails' own call.
-LINE_FORMAT = "LFU Cache Statistics - %s"
+
+def line_format(policy: str) -> str:
+    """The stats line of a cache evicting by ``policy`` is ``line_format(policy) % body``, e.g.
+    ``TinyLFU Cache Statistics - Size: ...``: the seed's line with the policy's name in front, so
+    operators grep one shape and still see which policy a cache runs."""
+    return f"{policy} Cache Statistics - %s"
+
+
+#: The LFU's stats line is ``LINE_FORMAT % stats.format_body()``; logged with that format and
+#: argument, so a handler (or a test patching ``log.info``) sees the fields apart, as in NeMo
+#: Guardrails' own call.
+LINE_FORMAT = line_format("LFU")
 
 _COUNTERS = (
     "hits",
@@ -235,7 +244,7 @@ class CacheStats(dict[str, Any]):
         return f"CacheStats({', '.join(f'{k}={v!r}' for k, v in self.items())})"
 
     def format_body(self) -> str:
-        """The fields of the stats line, after its ``LFU Cache Statistics - `` prefix."""
+        """The fields of the stats line, after its ``<policy> Cache Statistics - `` prefix."""
         return (
             f"Size: {self.current_size}/{self.maxsize} | "
             f"Hits: {self.hits} | Misses: {self.misses} | Hit Rate: {self.hit_rate:.2%} | "
@@ -243,7 +252,7 @@ class CacheStats(dict[str, Any]):
         )
 
     def format_line(self) -> str:
-        """The stats log line, in the exact form operators grep for."""
+        """The LFU's stats log line, in the exact form operators grep for."""
         return LINE_FORMAT % self.format_body()
 
 
@@ -341,4 +350,4 @@ def default_reporter() -> StatsReporter:
         return _default_reporter
 
 
-__all__ = ["LINE_FORMAT", "CacheStats", "StatsReporter", "default_reporter"]
+__all__ = ["LINE_FORMAT", "CacheStats", "StatsReporter", "default_reporter", "line_format"]

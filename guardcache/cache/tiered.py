@@ -42,7 +42,7 @@ from collections.abc import Coroutine, Hashable
 from typing import Any, Protocol
 
 from guardcache.cache.interface import MISSING, CacheInterface, ComputeFn
-from guardcache.cache.lfu import LFUCache
+from guardcache.cache.policy_cache import PolicyCache
 from guardcache.cache.recorder import StatsRecorder
 from guardcache.cache.redis_health import Clock
 from guardcache.cache.redis_stats import GLOBAL_FIELDS, GlobalTierStats, TierStats, log
@@ -64,11 +64,12 @@ class Codec(Protocol):
 
 
 class TieredCache(CacheInterface):
-    """An :class:`LFUCache` backed by a :class:`RedisStore`; see the module doc for the policy."""
+    """An in-process cache (:class:`PolicyCache`: LFU or TinyLFU) backed by a :class:`RedisStore`;
+    see the module doc for the policy."""
 
     def __init__(
         self,
-        l1: LFUCache,
+        l1: PolicyCache,
         store: RedisStore,
         codec: Codec,
         *,

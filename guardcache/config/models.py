@@ -216,6 +216,9 @@ class ModelCacheConfig(BaseModel):
         default=50000, validation_alias=AliasChoices("maxsize", "capacity_per_model")
     )
     store: Literal["memory", "redis"] = "memory"
+    # The in-process cache's eviction policy (guardcache.cache.POLICY_NAMES; a test keeps them
+    # equal): lfu, the seed's; tinylfu, W-TinyLFU that follows traffic as it moves.
+    policy: Literal["lfu", "tinylfu"] = "lfu"
     stats: Annotated[CacheStatsConfig, BeforeValidator(null_is_empty)] = Field(
         default_factory=CacheStatsConfig
     )

@@ -8,6 +8,7 @@ import logging
 import textwrap
 from collections.abc import Callable
 
+from guardcache.cache import POLICY_NAMES
 from guardcache.demo.report import p95_note, render_log_lines, render_refusals, render_table
 from guardcache.demo.runner import CONFIG_DIR, STATS_LOGGER, PassResult, percentile, run_demo
 from guardcache.demo.workload import build_workload, counts
@@ -50,6 +51,12 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         "--log-interval", type=_bounded(float, 1e-3), default=5.0, help="seconds between cache stats lines"
     )
     p.add_argument("--seed", type=int, default=0, help="workload seed")
+    p.add_argument(
+        "--policy",
+        choices=POLICY_NAMES,
+        default=POLICY_NAMES[0],
+        help="the guard caches' eviction policy (cache.policy; default lfu)",
+    )
     p.add_argument(
         "--in-process",
         action="store_true",
@@ -98,6 +105,7 @@ def run(args: argparse.Namespace) -> int:
                 time_scale=args.time_scale,
                 log_interval=args.log_interval,
                 in_process=args.in_process,
+                policy=getattr(args, "policy", POLICY_NAMES[0]),  # (a Namespace built by hand has none)
             )
         )
     finally:

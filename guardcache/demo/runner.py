@@ -73,7 +73,12 @@ started as soon as an input check misses (``rails.input.during_main: true``)."""
 
 
 def demo_config(
-    urls: dict[str, str], *, cache: bool, log_interval: float, during_main: bool = False
+    urls: dict[str, str],
+    *,
+    cache: bool,
+    log_interval: float,
+    during_main: bool = False,
+    policy: str = "lfu",
 ) -> RailsConfig:
     """The demo's config folder pointed at ``urls`` (endpoint -> base URL): every guard model's cache
     on (stats logged every ``log_interval`` seconds) or off, and the speculative main start on or
@@ -88,6 +93,7 @@ def demo_config(
                 settings = model.setdefault("cache", {})
                 settings["enabled"] = True
                 settings["stats"] = {"enabled": True, "log_interval": log_interval}
+                settings["policy"] = policy
             else:
                 model["cache"] = {"enabled": False}
     config = RailsConfig.from_content(
@@ -265,11 +271,12 @@ async def run_pass(
     concurrency: int,
     log_interval: float,
     during_main: bool = False,
+    policy: str = "lfu",
 ) -> PassResult:
     """One pass of ``workload`` through fresh rails (caches on or off, the main model started during
     the input checks or after them) against ``emulators``."""
     urls = {endpoint: emu.base_url for endpoint, emu in emulators.items()}
-    config = demo_config(urls, cache=cache, log_interval=log_interval, during_main=during_main)
+    config = demo_config(urls, cache=cache, log_interval=log_interval, during_main=during_main, policy=policy)
     rails = LLMRails(config)
     caches = {m: rails.model_caches[m] for m in GUARDS if m in rails.model_caches}
     try:
@@ -411,6 +418,7 @@ async def run_demo(
     time_scale: float,
     log_interval: float,
     in_process: bool = False,
+    policy: str = "lfu",
 ) -> tuple[PassResult, PassResult, PassResult]:
     """The three passes (``PASSES``) against one emulated NIM per endpoint (main, content safety,
     topic control, jailbreak detection), each from cold caches and a flushed KV cache.
@@ -431,6 +439,7 @@ async def run_demo(
                     concurrency=concurrency,
                     log_interval=log_interval,
                     during_main=during_main,
+                    policy=policy,
                 )
             )
     return results[0], results[1], results[2]

@@ -1,7 +1,8 @@
 """One verdict cache per guard model, built from its ``cache:`` config.
 
-This is where config meets ``guardcache.cache`` (which takes plain settings only): ``store: redis``
-puts the shared tier behind the in-process LFU, scoped by the model's type and name, with
+This is where config meets ``guardcache.cache`` (which takes plain settings only): ``policy``
+picks the in-process cache (``lfu``, ``tinylfu``: :func:`guardcache.cache.make_cache`), ``store:
+redis`` puts the shared tier behind it, scoped by the model's type and name, with
 ``guardcache.checks.codec`` turning verdicts into versioned bytes, and the tier's URL and secrets
 read from the environment when the cache is built (start-up), never from the config file.
 
@@ -19,7 +20,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from guardcache.cache import CacheInterface, LFUCache, default_reporter
+from guardcache.cache import CacheInterface, PolicyCache, default_reporter, make_cache
 from guardcache.checks.jailbreak_detection.flows import MODEL_TYPE as JAILBREAK_TYPE
 from guardcache.config import RailsConfig
 from guardcache.config.models import MAIN_MODEL_TYPE, ModelCacheConfig, ModelConfig
@@ -79,6 +80,8 @@ def cache_summary(config: RailsConfig, caches: Mapping[str, CacheInterface]) -> 
     plans = planned_caches(config)
     for plan in plans:
         size = f"{plan.settings.maxsize}, {plan.settings.store}"
+        if plan.settings.policy != "lfu":  # the default goes unsaid, as before policies existed
+            size += f", {plan.settings.policy}"
         if plan.model_type == MAIN_MODEL_TYPE:
             if plan.model_type in caches:
                 cached.append(f"main ({size}; checks run on main only, its answers are never cached)")
@@ -98,13 +101,17 @@ def log_caches(config: RailsConfig, caches: Mapping[str, CacheInterface]) -> Non
     logger.info("%s [%s]", cache_summary(config, caches), config.source or "<config>")
 
 
-def _memory(cfg: ModelCacheConfig) -> LFUCache:
+def _memory(cfg: ModelCacheConfig) -> PolicyCache:
     interval = cfg.stats.log_interval if cfg.stats.enabled else None
     # The process's reporter thread writes the line on time, also while the cache is idle (a
     # cache without one writes it on its first access after the interval, as NeMo's does).
     reporter = default_reporter() if interval is not None else None
-    return LFUCache(
-        cfg.maxsize, track_stats=cfg.stats.enabled, stats_logging_interval=interval, reporter=reporter
+    return make_cache(
+        cfg.policy,
+        cfg.maxsize,
+        track_stats=cfg.stats.enabled,
+        stats_logging_interval=interval,
+        reporter=reporter,
     )
 
 
@@ -130,7 +137,7 @@ def build_cache(model: ModelConfig, *, where: str | None = None) -> CacheInterfa
         ) from exc
     # The tier logs the LFU line and its own line together, so the L1 gets no interval of its own.
     settings = redis_settings(model, where=where)
-    l1 = LFUCache(cfg.maxsize, track_stats=cfg.stats.enabled)
+    l1 = make_cache(cfg.policy, cfg.maxsize, track_stats=cfg.stats.enabled)
     try:
         return build_tiered_cache(
             l1,
