@@ -41,12 +41,12 @@ from guardcache import tracing
 from guardcache.cache import CacheInterface, Namespace
 from guardcache.cache.keys import digest_fields, normalize_text
 from guardcache.checks.verdict import CachedCheck, Verdict
+from guardcache.config.parameters import GenerationSettings
 from guardcache.config.prompts import TaskPrompt, fixed_variables
 from guardcache.errors import BackendDeclinedError, InputRejectedError, ParseError
 from guardcache.flows import DEFAULT_MAX_INPUT_CHARS, FlowSpec
 from guardcache.llm.client import ChatClient
 from guardcache.llm.records import LLMCallInfo, record_call
-from guardcache.llm.transport import split_parameters
 from guardcache.llm.types import Usage
 from guardcache.prompts import fingerprint, render_messages, takes_image_parts
 from guardcache.prompts.jinja import Settings
@@ -204,12 +204,14 @@ class LLMCheck:
         cache: CacheInterface | None,
         model_type: str,
         model_name: str,
-        params: Mapping[str, Any] | None = None,
+        generation: GenerationSettings | None = None,
         settings: Mapping[str, Any] | None = None,
         max_input_chars: int = DEFAULT_MAX_INPUT_CHARS,
     ) -> None:
-        _, generation = split_parameters(params or {})  # transport settings are the client's
-        self.params: dict[str, Any] = {**spec.params, **generation}
+        # The model's generation settings (ModelConfig.generation: parsed at validation, transport
+        # settings apart, they are the client's) over the flow's defaults, under the prompt's own.
+        body = generation.as_body() if generation is not None else {}
+        self.params: dict[str, Any] = {**spec.params, **body}
         if prompt.max_tokens is not None:
             self.params["max_tokens"] = prompt.max_tokens
         if prompt.stop:

@@ -8,6 +8,10 @@ accepted with a load warning (``RailsConfig`` names the field): it is taken out 
 validation and kept apart (:meth:`ModelConfig.api_key`), so it is in no ``repr``, no error message,
 no request body and no cache namespace.
 
+The rest of ``parameters`` is parsed once, at validation (:mod:`guardcache.config.parameters`), into
+``ModelConfig.transport`` (how to reach the server: what the client is built from) and
+``ModelConfig.generation`` (the request body fields); nothing outside the config reads the dict.
+
 Every model but ``main`` gets a verdict cache unless its ``cache: {enabled: false}`` says otherwise
 (NeMo's default is off; guardcache exists to cache guard verdicts). ``main`` gets one only when its
 entry says ``cache: {enabled: true}``, and then only for checks that run on it (self check input and
@@ -16,6 +20,7 @@ output without a model of their own); the main model's answers are never cached.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from collections.abc import Iterable
 from typing import Annotated, Any, Literal
@@ -33,10 +38,23 @@ from pydantic import (
     model_validator,
 )
 
-from guardcache.config.errors import FieldError, Problem, show
-from guardcache.config.fields import STRICT, EnvVarName, PositiveFloat, PositiveInt, null_is_empty
+from guardcache.config.errors import FieldError
+from guardcache.config.fields import (
+    STRICT,
+    EnvVarName,
+    PositiveFloat,
+    PositiveInt,
+    null_is_empty,
+    reject_bool,
+)
+from guardcache.config.parameters import (
+    API_KEY_KEYS,
+    GenerationSettings,
+    Parameters,
+    parse_parameters,
+)
 from guardcache.errors import ConfigError
-from guardcache.llm.transport import split_parameters, validate_base_url
+from guardcache.llm.transport import TransportSettings
 
 Engine = Literal["nim", "nvidia_ai_endpoints", "openai", "vllm_openai"]
 """Engines guardcache serves, all with one OpenAI-compatible client."""
@@ -52,7 +70,7 @@ NVIDIA_ENGINES = frozenset({"nim", "nvidia_ai_endpoints"})
 DEFAULT_NVIDIA_KEY_VAR = "NVIDIA_API_KEY"
 """The key NVIDIA engines read when a model names no ``api_key_env_var`` (NeMo's default)."""
 
-SECRET_PARAMETERS = frozenset({"api_key", "openai_api_key", "nvidia_api_key"})
+SECRET_PARAMETERS = frozenset(API_KEY_KEYS)
 """Keys of a model's ``parameters`` that hold its API key (NeMo passes them to the LangChain client).
 Accepted with a load warning; the value is taken out of ``parameters`` and never shown."""
 
@@ -90,44 +108,6 @@ def _kind(value: Any) -> str:
     return type(value).__name__
 
 
-def _parameter_problems(params: dict[str, Any]) -> list[Problem]:
-    """Checks of the ``parameters`` guardcache itself reads; the rest pass through to the model.
-
-    The transport settings (URL, timeout, retries, headers) are read by the client's own
-    ``split_parameters`` / ``validate_base_url``, the one place that knows them; here their errors
-    are only placed at the field.
-    """
-    problems: list[Problem] = []
-    for key in ("base_url", "openai_api_base"):
-        if key in params:
-            try:
-                validate_base_url(params[key], field_name=key)
-            except ConfigError as exc:
-                problems.append(((key,), str(exc).removeprefix(f"{key}: ")))
-    others = {k: v for k, v in params.items() if k not in ("base_url", "openai_api_base")}
-    try:
-        split_parameters(others)
-    except ConfigError as exc:
-        key, _, message = str(exc).removeprefix("parameters.").partition(": ")
-        problems.append(((key,), message))
-    # key -> (accepted types, lowest allowed value, whether the lowest is allowed, description)
-    checks: dict[str, tuple[tuple[type, ...], float, bool, str]] = {
-        "max_tokens": ((int,), 0, False, "a whole number > 0"),
-        "temperature": ((int, float), 0, True, "a number >= 0"),
-    }
-    for key, (kinds, low, inclusive, what) in checks.items():
-        if key not in params:
-            continue
-        value = params[key]
-        ok = isinstance(value, kinds) and not isinstance(value, bool)
-        if ok:
-            number = float(value)
-            ok = number >= low if inclusive else number > low
-        if not ok:
-            problems.append(((key,), f"expected {what} (got {show(value)})"))
-    return problems
-
-
 class CacheStatsConfig(BaseModel):
     """Whether a model's cache counts hits and misses, and how often it logs them."""
 
@@ -140,8 +120,38 @@ class CacheStatsConfig(BaseModel):
 DEFAULT_REDIS_SECRET_ENV_VAR = "GUARDCACHE_REDIS_SECRET"
 
 
+_DatabaseIndex = Annotated[int, BeforeValidator(reject_bool), Field(ge=0)]
+_REDIS_SCHEMES = ("redis://", "rediss://", "unix://")
+
+
+def _scheme(url: str) -> str:
+    """``url``'s scheme for an error message (never the URL: it may hold a password)."""
+    return url.split("://", 1)[0] + "://" if "://" in url else "no scheme"
+
+
+def _host_port(entry: str) -> tuple[str, int] | None:
+    """``host:port`` (``[v6]:port`` too) -> (host, port); None when it is not one."""
+    host, sep, port = entry.rpartition(":")
+    host = host[1:-1] if host.startswith("[") and host.endswith("]") else host
+    if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
+        return None
+    return host, int(port)
+
+
 class RedisConfig(BaseModel):
-    """The shared Redis tier of a model's cache. Give the URL, or the env var holding it (secrets).
+    """The shared Redis tier of a model's cache: where it is (``mode``), how to log in, its settings.
+
+    - ``mode: standalone`` (the default): one Redis (or Valkey), ``url`` or ``url_env_var``.
+    - ``mode: cluster``: a Redis Cluster (ElastiCache/Memorystore cluster mode, self-hosted);
+      ``url``/``url_env_var`` (one seed node, e.g. the configuration endpoint) or ``urls`` (several);
+      the client discovers the slots and follows them.
+    - ``mode: sentinel``: a Sentinel-managed primary: ``sentinels`` (``host:port`` each) and
+      ``service_name``; ``db`` and ``tls`` here, as there is no URL.
+
+    Credentials are never in the file: ``username_env_var`` / ``password_env_var`` name environment
+    variables holding the ACL user and password (``sentinel_*`` the Sentinels' own, if they have
+    any), read when the cache is built. ``tls_ca_file`` is the CA bundle that verifies the servers'
+    certificates (``rediss://`` URLs, or ``tls: true`` with Sentinel).
 
     Entries are authenticated with a secret read from the environment (``secret_env_var``, never
     from YAML) when the cache is built; an unset or short secret stops start-up (see
@@ -152,8 +162,19 @@ class RedisConfig(BaseModel):
 
     model_config = STRICT
 
+    mode: Literal["standalone", "cluster", "sentinel"] = "standalone"
     url: str | None = None
     url_env_var: EnvVarName | None = None
+    urls: list[str] | None = None  # cluster: seed nodes
+    sentinels: list[str] | None = None  # sentinel: host:port of each Sentinel
+    service_name: str | None = Field(default=None, min_length=1)  # sentinel: the monitored primary
+    db: _DatabaseIndex = 0  # sentinel (standalone: the URL's path; a cluster has database 0 only)
+    tls: bool = False  # sentinel (the other modes: a rediss:// URL)
+    tls_ca_file: str | None = Field(default=None, min_length=1)  # PEM bundle verifying the servers
+    username_env_var: EnvVarName | None = None  # the ACL user (Redis 6+), read at start-up
+    password_env_var: EnvVarName | None = None
+    sentinel_username_env_var: EnvVarName | None = None  # the Sentinels' own ACL user, if any
+    sentinel_password_env_var: EnvVarName | None = None
     ttl: PositiveInt = 86400  # seconds a verdict lives in Redis
     key_prefix: str = Field(default="guardcache", min_length=1)
     timeout_ms: PositiveInt = 50  # per Redis operation; past it the check falls back to the model
@@ -175,11 +196,101 @@ class RedisConfig(BaseModel):
                 f"must name another variable than secret_env_var (got {self.previous_secret_env_var!r})",
                 ("previous_secret_env_var",),
             )
-        if self.url is not None and not self.url.startswith(("redis://", "rediss://", "unix://")):
-            scheme = self.url.split("://", 1)[0] + "://" if "://" in self.url else "no scheme"
+        if self.url is not None and not self.url.startswith(_REDIS_SCHEMES):
             # Not echoing the URL: it may hold a password.
-            raise FieldError(f"expected a redis://, rediss:// or unix:// URL (got {scheme})", ("url",))
+            raise FieldError(
+                f"expected a redis://, rediss:// or unix:// URL (got {_scheme(self.url)})", ("url",)
+            )
+        self._check_mode()
         return self
+
+    def _check_mode(self) -> None:
+        """What each mode needs, and the settings that belong to another mode."""
+        mode = self.mode
+        if mode != "sentinel":
+            for name in (
+                "sentinels",
+                "service_name",
+                "sentinel_username_env_var",
+                "sentinel_password_env_var",
+            ):
+                if getattr(self, name) is not None:
+                    raise FieldError(f"only with mode: sentinel (this is mode: {mode})", (name,))
+            if self.db:
+                where = (
+                    "a Redis Cluster has database 0 only"
+                    if mode == "cluster"
+                    else "standalone: the database is the URL's path, e.g. redis://host:6379/2"
+                )
+                raise FieldError(f"only with mode: sentinel ({where})", ("db",))
+            if self.tls:
+                raise FieldError(
+                    f"only with mode: sentinel; with mode: {mode} a rediss:// URL turns TLS on", ("tls",)
+                )
+        if mode != "cluster" and self.urls is not None:
+            raise FieldError(
+                f"only with mode: cluster (seed nodes); mode: {mode} takes "
+                + ("sentinels" if mode == "sentinel" else "url or url_env_var"),
+                ("urls",),
+            )
+        if mode == "cluster":
+            if self.urls is not None and (self.url is not None or self.url_env_var is not None):
+                raise FieldError(
+                    "set one of url, url_env_var or urls (the seed nodes), not several", ("urls",)
+                )
+            if self.urls is not None and not self.urls:
+                raise FieldError("needs at least one seed node URL", ("urls",))
+            for i, url in enumerate(self.urls or ()):
+                if not url.startswith(("redis://", "rediss://")):
+                    raise FieldError(
+                        f"expected a redis:// or rediss:// URL (got {_scheme(url)})", ("urls", i)
+                    )
+            if self.urls and len({_scheme(u) for u in self.urls}) > 1:
+                raise FieldError(
+                    "every seed node needs the same scheme (all redis:// or all rediss://)", ("urls",)
+                )
+            if self.url is not None and self.url.startswith("unix://"):
+                raise FieldError(
+                    "a Redis Cluster is reached over TCP: expected redis:// or rediss://", ("url",)
+                )
+        if mode == "sentinel":
+            for name in ("url", "url_env_var"):
+                if getattr(self, name) is not None:
+                    raise FieldError(
+                        "not with mode: sentinel: the Sentinels name the primary (give sentinels and "
+                        "service_name; db and tls for the rest)",
+                        (name,),
+                    )
+            if not self.sentinels:
+                raise FieldError(
+                    "mode: sentinel needs sentinels: [host:port, ...] "
+                    "(e.g. [10.0.0.1:26379, 10.0.0.2:26379])",
+                    ("sentinels",),
+                )
+            for i, entry in enumerate(self.sentinels):
+                if _host_port(entry) is None:
+                    raise FieldError(f"expected host:port (got {entry!r})", ("sentinels", i))
+            if self.service_name is None:
+                raise FieldError(
+                    "mode: sentinel needs service_name: the name the Sentinels monitor the primary by "
+                    "(sentinel monitor <service_name> ...)",
+                    ("service_name",),
+                )
+        if self.tls_ca_file is not None:
+            plain = [
+                u for u in (self.url, *(self.urls or ())) if u is not None and not u.startswith("rediss://")
+            ]
+            if (mode == "sentinel" and not self.tls) or plain:
+                raise FieldError(
+                    "a CA bundle is for TLS: use rediss:// URLs"
+                    + (" (or tls: true)" if mode == "sentinel" else ""),
+                    ("tls_ca_file",),
+                )
+
+    @property
+    def sentinel_addresses(self) -> list[tuple[str, int]]:
+        """``sentinels`` as (host, port) pairs."""
+        return [hp for hp in map(_host_port, self.sentinels or ()) if hp is not None]
 
     def resolved_url(self) -> str | None:
         """The URL to connect to: ``url``, or the value of ``url_env_var`` read now (None if unset)."""
@@ -226,11 +337,21 @@ class ModelCacheConfig(BaseModel):
 
     @model_validator(mode="after")
     def _redis_has_url(self) -> ModelCacheConfig:
+        redis = self.redis
         if self.store == "redis" and (
-            self.redis is None or (self.redis.url is None and self.redis.url_env_var is None)
+            redis is None
+            or (
+                redis.mode != "sentinel"
+                and redis.url is None
+                and redis.url_env_var is None
+                and not redis.urls
+            )
         ):
+            seeds = (
+                " (mode: cluster: or redis.urls, the seed nodes)" if redis and redis.mode == "cluster" else ""
+            )
             raise FieldError(
-                "store: redis needs redis.url or redis.url_env_var "
+                f"store: redis needs redis.url or redis.url_env_var{seeds} "
                 "(e.g. redis: {url_env_var: GUARDCACHE_REDIS_URL})",
                 ("redis",),
             )
@@ -336,15 +457,14 @@ class ModelConfig(BaseModel):
 
     @field_validator("parameters")
     @classmethod
-    def _known_parameters(cls, params: dict[str, Any]) -> dict[str, Any]:
-        problems = _parameter_problems(params)
-        if problems:
-            raise FieldError("", problems=problems)
-        return params
+    def _parse_parameters(cls, params: dict[str, Any]) -> dict[str, Any]:
+        """Parse once, here (every problem at its key): the dict stays as written and carries its
+        typed settings (``transport``, ``generation``), which is all anything else reads."""
+        return parse_parameters(params)
 
     @model_validator(mode="after")
     def _has_base_url(self) -> ModelConfig:
-        if DEFAULT_BASE_URLS[self.engine] is None and self._given_base_url() is None:
+        if DEFAULT_BASE_URLS[self.engine] is None and self._parsed().transport.base_url is None:
             raise FieldError(
                 f"engine {self.engine!r} has no default URL; set parameters.base_url "
                 "(e.g. http://localhost:8000/v1)",
@@ -352,18 +472,55 @@ class ModelConfig(BaseModel):
             )
         return self
 
-    def _given_base_url(self) -> str | None:
-        url = self.parameters.get("base_url") or self.parameters.get("openai_api_base")
-        return url if isinstance(url, str) else None
+    def _parsed(self) -> Parameters:
+        """The parameters as validation parsed them; a plain dict (``model_construct``, or a
+        ``model_copy`` that set other parameters) is parsed now, so it cannot disagree with them."""
+        params = self.parameters
+        return params if isinstance(params, Parameters) else parse_parameters(params)
+
+    @property
+    def transport(self) -> TransportSettings:
+        """How to reach the model, parsed from ``parameters`` at validation: ``base_url`` (given,
+        else the engine's default; checked, no trailing slash), ``timeout`` (the whole call),
+        ``max_retries``, ``default_headers``. rails/builder.py builds the model's client from it.
+        The API key is not in it: :meth:`api_key` reads it when the client is built."""
+        settings = self._parsed().transport
+        if settings.base_url is not None:
+            return settings
+        url = DEFAULT_BASE_URLS[self.engine]
+        if url is None:  # unreachable after validation; kept for model_construct() users
+            raise ConfigError(f"model {self.type!r}: engine {self.engine!r} needs parameters.base_url")
+        return dataclasses.replace(settings, base_url=url)
+
+    @property
+    def generation(self) -> GenerationSettings:
+        """What to ask the model, parsed from ``parameters`` at validation: every key that is not a
+        transport setting (``max_tokens``, ``temperature``, ``top_p``, ``stop`` typed and checked;
+        the rest passed as written). Its ``as_body()`` is what checks (checks/check.py) and the main
+        model's turns (rails/runner.py) send, and what a check's cache namespace digests."""
+        return self._parsed().generation
 
     @property
     def base_url(self) -> str:
         """``parameters.base_url`` (or NeMo's ``openai_api_base``), else the engine's default; no
         trailing slash, so ``f"{base_url}/chat/completions"`` is right."""
-        url = self._given_base_url() or DEFAULT_BASE_URLS[self.engine]
-        if url is None:  # unreachable after validation; kept for model_construct() users
-            raise ConfigError(f"model {self.type!r}: engine {self.engine!r} needs parameters.base_url")
-        return url.rstrip("/")
+        url = self.transport.base_url
+        assert url is not None  # transport always resolves one
+        return url
+
+    def with_base_url(self, url: str) -> ModelConfig:
+        """A copy that calls ``url`` (checked as ``parameters.base_url`` is); everything else is
+        kept, so the copy computes the same cache namespaces (``RailsConfig.with_base_urls``).
+
+        Raises:
+            ConfigError: ``url`` is not a valid API root.
+        """
+        params = {k: v for k, v in self.parameters.items() if k != "openai_api_base"}
+        try:
+            parsed = parse_parameters({**params, "base_url": url})
+        except FieldError as exc:
+            raise ConfigError(f"model {self.type!r}: parameters.{exc}") from None
+        return self.model_copy(update={"parameters": parsed})
 
     @property
     def inline_key_field(self) -> str | None:

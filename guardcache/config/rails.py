@@ -458,12 +458,7 @@ class RailsConfig(BaseModel):
                 f"{self._source or '<config>'}: with_base_urls: no model of type {', '.join(unknown)} "
                 f"(configured: {', '.join(self.model_types) or 'none'})"
             )
-        models = [
-            m.model_copy(update={"parameters": {**m.parameters, "base_url": urls[m.type]}})
-            if m.type in urls
-            else m
-            for m in self.models
-        ]
+        models = [m.with_base_url(urls[m.type]) if m.type in urls else m for m in self.models]
         update: dict[str, Any] = {"models": models}
         if jailbreak is not None:
             settings = self.rails.config

@@ -26,8 +26,8 @@ from pydantic import (
 from guardcache.config.errors import FieldError
 from guardcache.config.fields import STRICT, EnvVarName, null_is_empty
 from guardcache.config.models import inline_secret
+from guardcache.config.parameters import validate_base_url
 from guardcache.errors import ConfigError
-from guardcache.llm.transport import validate_base_url
 
 
 class JailbreakDetectionConfig(BaseModel):

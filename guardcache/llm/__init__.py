@@ -1,7 +1,8 @@
 """The LLM client layer: OpenAI-compatible calls, their cost records, and a LangChain adapter.
 
-The LangChain adapter is re-exported lazily: importing langchain-core takes about a second, and the
-guard path (checks -> llm.client) must not pay it.
+The LangChain adapter and httpx2's pool are re-exported lazily: importing langchain-core takes about
+a second and httpx2 ~90 ms, and the guard path (checks -> llm.client, on guardcache's own HTTP/1.1
+client) needs neither.
 """
 
 from __future__ import annotations
@@ -9,7 +10,8 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from guardcache.llm.client import DEFAULT_TIMEOUT, INPUT_REJECTED_STATUSES, ChatClient
-from guardcache.llm.pool import DEFAULT_LIMITS, ClientPool, aclose_all, get_http_client
+from guardcache.llm.lanes import PoolLimits
+from guardcache.llm.pool import DEFAULT_LIMITS, aclose_all, get_http_client
 from guardcache.llm.records import (
     ExplainInfo,
     LLMCallInfo,
@@ -20,11 +22,13 @@ from guardcache.llm.records import (
 )
 from guardcache.llm.response import parse_usage
 from guardcache.llm.retry import RetryPolicy, parse_retry_after
-from guardcache.llm.transport import TRANSPORT_KEYS, TransportSettings, split_parameters, validate_base_url
+from guardcache.llm.transport import TransportSettings, check_base_url
 from guardcache.llm.types import ChatResult, Usage
+from guardcache.llm.wire import Timeouts
 
 if TYPE_CHECKING:
     from guardcache.llm.chat_model import GuardcacheChatModel, to_openai_messages
+    from guardcache.llm.httpx_pool import ClientPool
 
 _LAZY = {"GuardcacheChatModel", "to_openai_messages"}
 
@@ -34,6 +38,10 @@ def __getattr__(name: str) -> Any:
         from guardcache.llm import chat_model
 
         return getattr(chat_model, name)
+    if name == "ClientPool":
+        from guardcache.llm.httpx_pool import ClientPool
+
+        return ClientPool
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
@@ -41,17 +49,19 @@ __all__ = [
     "DEFAULT_LIMITS",
     "DEFAULT_TIMEOUT",
     "INPUT_REJECTED_STATUSES",
-    "TRANSPORT_KEYS",
     "ChatClient",
     "ChatResult",
     "ClientPool",
     "ExplainInfo",
     "GuardcacheChatModel",
     "LLMCallInfo",
+    "PoolLimits",
     "RetryPolicy",
+    "Timeouts",
     "TransportSettings",
     "Usage",
     "aclose_all",
+    "check_base_url",
     "current",
     "get_http_client",
     "new_request",
@@ -59,7 +69,5 @@ __all__ = [
     "parse_usage",
     "record_call",
     "request_scope",
-    "split_parameters",
     "to_openai_messages",
-    "validate_base_url",
 ]

@@ -32,9 +32,7 @@ import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from types import TracebackType
-from typing import Any, Self
-
-import httpx2
+from typing import TYPE_CHECKING, Any, Self
 
 from guardcache import tracing
 from guardcache.errors import (
@@ -50,7 +48,6 @@ from guardcache.errors import (
     BackendTLSError,
 )
 from guardcache.llm.cancel import CancelAfter
-from guardcache.llm.httpx_pool import ClientPool, Lane
 from guardcache.llm.logs import RateLimitedLog
 from guardcache.llm.pool import aclose_all, default_pool, get_http_client
 from guardcache.llm.response import (
@@ -62,13 +59,38 @@ from guardcache.llm.response import (
 )
 from guardcache.llm.retry import RETRY_AFTER_STATUSES, RetryPolicy, parse_retry_after
 from guardcache.llm.stream import StreamTotals, read_events
-from guardcache.llm.transport import TransportSettings, validate_base_url
+from guardcache.llm.transport import TransportSettings, check_base_url
 from guardcache.llm.types import ChatResult
-from guardcache.llm.wire import CHECK_LIMITS, Reply, WireError, WireKind, WireLane, WireLimits, WirePool
+from guardcache.llm.wire import (
+    CHECK_LIMITS,
+    Reply,
+    Timeouts,
+    WireError,
+    WireKind,
+    WireLane,
+    WireLimits,
+    WirePool,
+)
+
+if TYPE_CHECKING:
+    import httpx2
+
+    from guardcache.llm.httpx_pool import ClientPool
+
+
+def __getattr__(name: str) -> Any:
+    # ClientPool (httpx2's transport) is re-exported on first use: the default path never imports
+    # httpx2 (~90 ms); only a caller's transport= / http_client= needs it.
+    if name == "ClientPool":
+        from guardcache.llm.httpx_pool import ClientPool
+
+        return ClientPool
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
 
 logger = logging.getLogger(__name__)
 
-DEFAULT_TIMEOUT = httpx2.Timeout(connect=2.0, read=10.0, write=5.0, pool=5.0)
+DEFAULT_TIMEOUT = Timeouts(connect=2.0, read=10.0, write=5.0, pool=5.0)
 """Phase timeouts of a guard call, in seconds; the whole call is bounded by its read timeout (10 s).
 
 connect 2 s: a backend on the same network connects in milliseconds; 2 s waiting for a handshake
@@ -97,15 +119,15 @@ RETRY_LOG_INTERVAL = 10.0
 """Seconds between two retry WARNING lines of one client; the lines in between are counted."""
 
 
-def phase_timeouts(total: float | None) -> httpx2.Timeout:
-    """httpx2 phase timeouts inside a whole-call budget of ``total`` seconds (None: no limits).
+def phase_timeouts(total: float | None) -> Timeouts:
+    """Phase timeouts inside a whole-call budget of ``total`` seconds (None: no limits).
 
     The phases only classify a failure early (a connect timeout is retried, a read timeout is
     not); the budget itself is enforced around the whole call.
     """
     if total is None:
-        return httpx2.Timeout(None)
-    return httpx2.Timeout(total, connect=min(DEFAULT_CONNECT_TIMEOUT, total), pool=None)
+        return Timeouts()
+    return Timeouts(connect=min(DEFAULT_CONNECT_TIMEOUT, total), read=total, write=total, pool=None)
 
 
 @dataclass(slots=True, frozen=True)
@@ -147,14 +169,16 @@ class ChatClient:
 
     Args:
         base_url: the API root, usually ending in ``/v1`` (``http://nim:8000/v1``); requests go to
-            ``{base_url}/chat/completions``. Checked at construction (see ``validate_base_url``).
+            ``{base_url}/chat/completions``. Checked at construction (see ``check_base_url``:
+            a ``ValueError`` says what is wrong).
         model: the ``model`` field of every request.
         api_key: sent as ``Authorization: Bearer ...`` when set (hosted endpoints); never logged.
         provider: a label copied into :class:`Usage` (``"nim"``, ``"vllm"``, ``"openai"``).
         timeout: one number: seconds for the WHOLE call (a config's ``timeout: 2`` means "every
-            check within 2 s"), with phase timeouts inside it (see :func:`phase_timeouts`). An
-            ``httpx2.Timeout``: the phases as given, and the whole call within its read timeout.
-            None: no limit.
+            check within 2 s"), with phase timeouts inside it (see :func:`phase_timeouts`).
+            :class:`~guardcache.llm.wire.Timeouts` (or an ``httpx2.Timeout``, read by its
+            attributes): the phases as given, and the whole call within its read timeout. None: no
+            limit.
         deadline_s: the whole-call budget in seconds, when it should differ from the one the
             timeout implies. Each call may also pass an absolute ``deadline``; the earlier wins.
         retry: when to try again; see :class:`RetryPolicy`.
@@ -186,7 +210,7 @@ class ChatClient:
         model: str,
         api_key: str | None = None,
         provider: str = "nim",
-        timeout: httpx2.Timeout | float | None = DEFAULT_TIMEOUT,
+        timeout: Timeouts | httpx2.Timeout | float | None = DEFAULT_TIMEOUT,
         deadline_s: float | None = None,
         retry: RetryPolicy | None = None,
         default_params: Mapping[str, Any] | None = None,
@@ -201,7 +225,10 @@ class ChatClient:
         if transport is not None and http_client is not None:
             raise ValueError("ChatClient: pass either transport or http_client, not both")
         # Fail at construction (start-up), not on the first user request.
-        self.base_url = validate_base_url(base_url)
+        try:
+            self.base_url = check_base_url(base_url)
+        except ValueError as exc:
+            raise ValueError(f"ChatClient: base_url: {exc}") from None
         self.url = f"{self.base_url}/chat/completions"
         self.model = model
         self.provider = provider
@@ -211,7 +238,7 @@ class ChatClient:
             self.timeout = phase_timeouts(float(timeout))
             implied: float | None = float(timeout)
         else:
-            self.timeout = httpx2.Timeout(timeout)
+            self.timeout = Timeouts.of(timeout)
             implied = self.timeout.read
         if deadline_s is not None and not deadline_s > 0:
             raise ValueError(f"ChatClient: deadline_s must be > 0 seconds, got {deadline_s}")
@@ -219,9 +246,7 @@ class ChatClient:
         if self.deadline_s is not None:
             # Queueing for a connection is bounded by the call's budget, like everything else; a
             # separate pool timeout would fail a burst that could still be served in time.
-            self.timeout = httpx2.Timeout(
-                connect=self.timeout.connect, read=self.timeout.read, write=self.timeout.write, pool=None
-            )
+            self.timeout = dataclasses.replace(self.timeout, pool=None)
         self.retry = retry if retry is not None else RetryPolicy()
         self.default_params: dict[str, Any] = dict(default_params or {})
         self._has_api_key = bool(api_key)
@@ -234,9 +259,16 @@ class ChatClient:
         if api_key:
             self._headers["Authorization"] = f"Bearer {api_key}"
         self._http_client = http_client
-        self._fixed_lane: WireLane | None = Lane(http_client, None) if http_client is not None else None
-        # A transport gets a private pool (per loop, like the shared one) that this instance owns.
-        self._owned_pool = ClientPool(transport=transport) if transport is not None else None
+        self._fixed_lane: WireLane | None = None
+        self._owned_pool: ClientPool | None = None
+        if transport is not None or http_client is not None:
+            # httpx2's lane, imported only for a caller's own stack (the default is h1's).
+            from guardcache.llm.httpx_pool import ClientPool, Lane
+
+            if http_client is not None:
+                self._fixed_lane = Lane(http_client, None)
+            else:  # a private pool (per loop, like the shared one) that this instance owns
+                self._owned_pool = ClientPool(transport=transport)
         self._pool: WirePool = self._owned_pool or (pool if pool is not None else default_pool())
         self._sleep = sleep if sleep is not None else asyncio.sleep
         self.limits = limits
@@ -254,10 +286,11 @@ class ChatClient:
         default_base_url: str | None = None,
         **kwargs: Any,
     ) -> ChatClient:
-        """The client a model's transport settings describe (see ``split_parameters``).
+        """The client a model's transport settings describe (``ModelConfig.transport``: parsed
+        from its ``parameters`` at validation, so nothing here can be a config error).
 
-        ``default_base_url`` is used when the settings name none (an engine's hosted endpoint);
-        ``api_key``, when None, is the settings' own (``parameters.api_key``).
+        ``default_base_url`` is used when the settings name none; ``api_key``, when None, is the
+        settings' own.
         Settings left None keep the client's defaults: :data:`DEFAULT_TIMEOUT`, and the
         :class:`RetryPolicy` given in ``kwargs`` (or the default one), whose ``max_retries``
         ``settings.max_retries`` replaces. Other ``kwargs`` go to the constructor as they are.

@@ -53,7 +53,6 @@ from typing import Any
 from urllib.parse import urlsplit
 
 import httptools
-import httpx2
 
 from guardcache.llm.lanes import DEFAULT_LIMITS, USER_AGENT, LoopLanes, shared_ssl_context
 from guardcache.llm.proxy import Proxy, env_proxy, open_tunnel
@@ -63,6 +62,7 @@ from guardcache.llm.wire import (
     BodyReply,
     LineSplitter,
     Reply,
+    Timeouts,
     WireError,
     WireKind,
     WireLane,
@@ -509,7 +509,7 @@ class H1Lane:
         url: str,
         body: Mapping[str, Any],
         headers: Mapping[str, str],
-        phases: httpx2.Timeout,
+        phases: Timeouts,
         limits: WireLimits = CHECK_LIMITS,
     ) -> Reply:
         conn = await self._send(url, body, headers, phases, limits, streaming=False)
@@ -525,7 +525,7 @@ class H1Lane:
         url: str,
         body: Mapping[str, Any],
         headers: Mapping[str, str],
-        phases: httpx2.Timeout,
+        phases: Timeouts,
         limits: WireLimits = CHECK_LIMITS,
     ) -> _StreamContext:
         return _StreamContext(self, url, body, headers, phases, limits)
@@ -537,7 +537,7 @@ class H1Lane:
         url: str,
         body: Mapping[str, Any],
         headers: Mapping[str, str],
-        phases: httpx2.Timeout,
+        phases: Timeouts,
         limits: WireLimits,
         *,
         streaming: bool,

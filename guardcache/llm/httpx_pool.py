@@ -35,18 +35,20 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 from collections.abc import AsyncIterator, Mapping
 from typing import Any
 
 import httpx2
 
-from guardcache.llm.lanes import DEFAULT_LIMITS, USER_AGENT, LoopLanes, shared_ssl_context
+from guardcache.llm.lanes import DEFAULT_LIMITS, USER_AGENT, LoopLanes, PoolLimits, shared_ssl_context
 from guardcache.llm.wire import (
     CHECK_LIMITS,
     BodyDecoder,
     BodyReply,
     LineSplitter,
     Reply,
+    Timeouts,
     WireError,
     WireKind,
     WireLimits,
@@ -74,7 +76,7 @@ class Lane:
         url: str,
         body: Mapping[str, Any],
         headers: Mapping[str, str],
-        phases: httpx2.Timeout,
+        phases: Timeouts,
         limits: WireLimits = CHECK_LIMITS,
     ) -> Reply:
         response = await self._open(url, body, headers, phases)
@@ -92,7 +94,7 @@ class Lane:
         url: str,
         body: Mapping[str, Any],
         headers: Mapping[str, str],
-        phases: httpx2.Timeout,
+        phases: Timeouts,
         limits: WireLimits = CHECK_LIMITS,
     ) -> AsyncIterator[_HttpxStream]:
         response = await self._open(url, body, headers, phases)
@@ -103,16 +105,43 @@ class Lane:
             await response.aclose()
 
     async def _open(
-        self, url: str, body: Mapping[str, Any], headers: Mapping[str, str], phases: httpx2.Timeout
+        self, url: str, body: Mapping[str, Any], headers: Mapping[str, str], phases: Timeouts
     ) -> httpx2.Response:
         """Send the POST and return the response with its body unread (the caller reads it
         within the limits and closes it); httpx2's failures as ``WireError``."""
         client = self.client
         try:
-            request = client.build_request("POST", url, json=body, headers=headers, timeout=phases)
+            timeout = httpx_timeout(phases)
+            request = client.build_request("POST", url, json=body, headers=headers, timeout=timeout)
             return await client.send(request, stream=True)
         except (httpx2.TransportError, httpx2.DecodingError) as exc:
             raise wire_error(exc) from exc
+
+
+def httpx_timeout(phases: Timeouts | httpx2.Timeout) -> httpx2.Timeout:
+    """The lane's phase timeouts as httpx2's: the one place the seam's :class:`Timeouts` become an
+    ``httpx2.Timeout`` (an ``httpx2.Timeout`` a caller hands a lane directly passes as it is)."""
+    if isinstance(phases, httpx2.Timeout):
+        return phases
+    return _converted(phases)
+
+
+@functools.lru_cache(maxsize=64)
+def _converted(phases: Timeouts) -> httpx2.Timeout:
+    # A client sends the same Timeouts with every request: convert each once.
+    return httpx2.Timeout(connect=phases.connect, read=phases.read, write=phases.write, pool=phases.pool)
+
+
+def httpx_limits(limits: PoolLimits | httpx2.Limits) -> httpx2.Limits:
+    """The lanes' :class:`~guardcache.llm.lanes.PoolLimits` as httpx2's (an ``httpx2.Limits``
+    passes as it is)."""
+    if isinstance(limits, httpx2.Limits):
+        return limits
+    return httpx2.Limits(
+        max_connections=limits.max_connections,
+        max_keepalive_connections=limits.max_keepalive_connections,
+        keepalive_expiry=limits.keepalive_expiry,
+    )
 
 
 def _check_head(response: httpx2.Response, limits: WireLimits) -> None:
@@ -231,10 +260,10 @@ class ClientPool:
     def __init__(
         self,
         *,
-        limits: httpx2.Limits = DEFAULT_LIMITS,
+        limits: PoolLimits | httpx2.Limits = DEFAULT_LIMITS,
         transport: httpx2.AsyncBaseTransport | None = None,
     ) -> None:
-        self._limits = limits
+        self._limits = httpx_limits(limits)
         self._transport = transport
         self._lanes: LoopLanes[Lane] = LoopLanes()
 
@@ -287,4 +316,4 @@ class ClientPool:
             await lane.client.aclose()
 
 
-__all__ = ["ADMISSION_FACTOR", "ClientPool", "Lane", "wire_error"]
+__all__ = ["ADMISSION_FACTOR", "ClientPool", "Lane", "httpx_limits", "httpx_timeout", "wire_error"]

@@ -24,15 +24,35 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import os
+import platform
+import re
 import ssl
 import threading
 import weakref
 from collections.abc import Callable, Iterable
+from dataclasses import dataclass
 from typing import Generic, TypeVar
 
-import httpx2
 
-DEFAULT_LIMITS = httpx2.Limits(max_connections=100, max_keepalive_connections=32, keepalive_expiry=4.0)
+@dataclass(frozen=True, slots=True)
+class PoolLimits:
+    """How many connections a lane opens and keeps: what every transport reads (the names are
+    httpx2's, whose ``httpx2.Limits`` :mod:`guardcache.llm.httpx_pool` makes of it), guardcache's own
+    type so the default transport needs no httpx2.
+
+    Attributes:
+        max_connections: requests in flight per lane before they queue (None: unbounded).
+        max_keepalive_connections: idle connections kept per lane.
+        keepalive_expiry: seconds an idle connection is kept.
+    """
+
+    max_connections: int | None = None
+    max_keepalive_connections: int | None = None
+    keepalive_expiry: float | None = 5.0
+
+
+DEFAULT_LIMITS = PoolLimits(max_connections=100, max_keepalive_connections=32, keepalive_expiry=4.0)
 """Up to 100 concurrent requests per backend before requests queue (FIFO, in the lane's admission
 gate, bounded by each call's deadline), and up to 32 of those connections kept alive when idle.
 
@@ -48,16 +68,54 @@ the server is closing (a ReadError and a retry)."""
 USER_AGENT = "guardcache"
 
 
+CA_FILE_CANDIDATES = (
+    "/etc/ssl/cert.pem",
+    "/etc/pki/ca-trust/extracted/pem/tls-ca-bundle.pem",
+    "/etc/pki/tls/cert.pem",
+    "/etc/ssl/certs/ca-certificates.crt",
+    "/etc/ssl/ca-bundle.pem",
+)
+"""Where Linux distributions keep the CA bundle, for an OpenSSL whose compiled-in paths are unusable
+(truststore's and httpcore2's fallbacks, in their order)."""
+
+_HASHED_CERT = re.compile(r"[0-9a-fA-F]{8}\.\d")
+
+
 @functools.cache
 def shared_ssl_context() -> ssl.SSLContext:
     """One TLS context for every transport (honours SSL_CERT_FILE / SSL_CERT_DIR).
 
-    Why: building one loads the CA bundle, ~30 ms of blocking CPU. Each new event loop needs new
+    Why one: building one loads the CA bundle, ~30 ms of blocking CPU. Each new event loop needs new
     connections, and the sync API runs a loop per request, so without sharing every sync request
     would stall ~30 ms per backend before sending a byte. ``SSLContext`` is safe to share across
     threads.
+
+    Why built here: it trusts what httpx2's default context trusts (``httpcore2``'s
+    ``default_ssl_context``: SSL_CERT_FILE, else SSL_CERT_DIR, else the system store through
+    truststore on Windows and macOS, else OpenSSL's compiled-in paths, else a distribution's
+    bundle), step for step; asking httpx2 for it imported httpx2 and httpcore2 (~90 ms) into every
+    process, the default transport's (h1) included. tests/unit/test_llm_lanes.py compares the two.
     """
-    return httpx2.create_ssl_context()
+    if cafile := os.environ.get("SSL_CERT_FILE"):
+        return ssl.create_default_context(cafile=cafile)
+    if capath := os.environ.get("SSL_CERT_DIR"):
+        return ssl.create_default_context(capath=capath)
+    if platform.system() in ("Windows", "Darwin"):  # pragma: no cover - not on the test machines
+        import truststore  # installed with httpx2 (through httpcore2); only these systems need it
+
+        return truststore.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+    # Not set_default_verify_paths(): it would read SSL_CERT_* again (see above: already decided).
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+    paths = ssl.get_default_verify_paths()
+    cafile = paths.openssl_cafile if os.path.isfile(paths.openssl_cafile) else None
+    capath = paths.openssl_capath if os.path.isdir(paths.openssl_capath) else None
+    if capath and not cafile and not any(_HASHED_CERT.fullmatch(f) for f in os.listdir(capath)):
+        capath = None  # pragma: no cover - a directory OpenSSL cannot look certificates up in
+    if not cafile and not capath:  # pragma: no cover
+        cafile = next(filter(os.path.isfile, CA_FILE_CANDIDATES), None)
+    if cafile or capath:
+        context.load_verify_locations(cafile, capath)
+    return context
 
 
 def normalize_base_url(base_url: str) -> str:
@@ -122,4 +180,12 @@ def _unique(lanes: Iterable[L]) -> list[L]:
     return list({id(lane): lane for lane in lanes}.values())
 
 
-__all__ = ["DEFAULT_LIMITS", "USER_AGENT", "LoopLanes", "normalize_base_url", "shared_ssl_context"]
+__all__ = [
+    "CA_FILE_CANDIDATES",
+    "DEFAULT_LIMITS",
+    "USER_AGENT",
+    "LoopLanes",
+    "PoolLimits",
+    "normalize_base_url",
+    "shared_ssl_context",
+]

@@ -16,16 +16,31 @@ that lived here before the split are re-exported.
 from __future__ import annotations
 
 import threading
-
-import httpx2
+from typing import TYPE_CHECKING, Any
 
 from guardcache.llm.h1_pool import H1Pool
-from guardcache.llm.httpx_pool import ADMISSION_FACTOR, ClientPool, Lane, wire_error
 from guardcache.llm.lanes import DEFAULT_LIMITS, USER_AGENT, LoopLanes, normalize_base_url, shared_ssl_context
 from guardcache.llm.wire import WirePool
 
-_DEFAULT_POOL = ClientPool()
+if TYPE_CHECKING:
+    import httpx2
 
+    from guardcache.llm.httpx_pool import ADMISSION_FACTOR, ClientPool, Lane, wire_error
+
+_LAZY = frozenset({"ADMISSION_FACTOR", "ClientPool", "Lane", "wire_error"})
+"""httpx2's transport, re-exported on first use: importing httpx2 costs ~90 ms, and only a caller's
+own ``transport=`` / ``http_client=`` (or :func:`get_http_client`) needs it, never the default (h1)."""
+
+
+def __getattr__(name: str) -> Any:
+    if name in _LAZY:
+        from guardcache.llm import httpx_pool
+
+        return getattr(httpx_pool, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+_httpx_pool: ClientPool | None = None  # the process's httpx2 pool, made on first use
 _default_wire: WirePool | None = None
 _default_lock = threading.Lock()
 
@@ -48,14 +63,23 @@ def default_pool() -> WirePool:
 
 
 def get_http_client(base_url: str) -> httpx2.AsyncClient:
-    """The shared httpx2 AsyncClient for ``base_url`` on the running loop (see :class:`ClientPool`)."""
-    return _DEFAULT_POOL.get(base_url)
+    """The shared httpx2 AsyncClient for ``base_url`` on the running loop (see :class:`ClientPool`);
+    the process's httpx2 pool is made (and httpx2 imported) on the first call."""
+    global _httpx_pool
+    if _httpx_pool is None:
+        from guardcache.llm.httpx_pool import ClientPool
+
+        with _default_lock:
+            if _httpx_pool is None:
+                _httpx_pool = ClientPool()
+    return _httpx_pool.get(base_url)
 
 
 async def aclose_all() -> None:
     """Close the default pools' connections of the running loop; call it before the loop ends."""
-    await _DEFAULT_POOL.aclose_all()
-    if _default_wire is not None and _default_wire is not _DEFAULT_POOL:
+    if _httpx_pool is not None:
+        await _httpx_pool.aclose_all()
+    if _default_wire is not None and _default_wire is not _httpx_pool:
         await _default_wire.aclose_all()
 
 

@@ -26,8 +26,6 @@ from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-import httpx2
-
 try:  # faster than json for request and response bodies; installed with the ``server`` extra
     import orjson
 
@@ -48,6 +46,49 @@ except ImportError:  # pragma: no cover - depends on the environment
     def loads_body(data: bytes | str) -> Any:
         """A response body's JSON; ``ValueError`` when it is not JSON."""
         return json.loads(data)
+
+
+@dataclass(frozen=True, slots=True)
+class Timeouts:
+    """The phase timeouts of one request, in seconds (None: that phase is unbounded).
+
+    Why guardcache's own type: it is what the client hands a :class:`WireLane` with every request,
+    and that seam is guardcache's; with ``httpx2.Timeout`` as its currency, the default transport
+    (:mod:`guardcache.llm.h1_pool`) imported httpx2 (~90 ms, and its pool) only to be told how long
+    to wait. Only :mod:`guardcache.llm.httpx_pool` turns it into an ``httpx2.Timeout``.
+
+    Attributes:
+        connect: the TCP (and TLS) handshake; a connect timeout is retried.
+        read: each wait for bytes of the answer; a read timeout is not retried by default.
+        write: sending the request (httpx2 only: h1 writes a few KB within the call's budget).
+        pool: waiting for a free connection (httpx2 only; None while a budget bounds the call).
+    """
+
+    connect: float | None = None
+    read: float | None = None
+    write: float | None = None
+    pool: float | None = None
+
+    @classmethod
+    def of(cls, value: object) -> Timeouts:
+        """``value`` as phase timeouts: a :class:`Timeouts` as it is; None: no limits; a number:
+        every phase; anything with ``connect``/``read``/``write``/``pool`` attributes (an
+        ``httpx2.Timeout``, which callers of ``ChatClient(timeout=...)`` may still pass) by them.
+
+        Raises:
+            TypeError: a value that is none of these.
+        """
+        if isinstance(value, Timeouts):
+            return value
+        if value is None:
+            return cls()
+        if isinstance(value, int | float) and not isinstance(value, bool):
+            seconds = float(value)
+            return cls(seconds, seconds, seconds, seconds)
+        try:
+            return cls(value.connect, value.read, value.write, value.pool)  # type: ignore[attr-defined]
+        except AttributeError:
+            raise TypeError(f"expected phase timeouts or seconds (got {type(value).__name__})") from None
 
 
 @dataclass(frozen=True, slots=True)
@@ -325,7 +366,7 @@ class WireLane(Protocol):
         url: str,
         body: Mapping[str, Any],
         headers: Mapping[str, str],
-        phases: httpx2.Timeout,
+        phases: Timeouts,
         limits: WireLimits = ...,
     ) -> Reply: ...
 
@@ -334,7 +375,7 @@ class WireLane(Protocol):
         url: str,
         body: Mapping[str, Any],
         headers: Mapping[str, str],
-        phases: httpx2.Timeout,
+        phases: Timeouts,
         limits: WireLimits = ...,
     ) -> AbstractAsyncContextManager[StreamReply]: ...
 
@@ -355,6 +396,7 @@ __all__ = [
     "LineSplitter",
     "Reply",
     "StreamReply",
+    "Timeouts",
     "WireError",
     "WireKind",
     "WireLane",

@@ -17,7 +17,6 @@ from guardcache.config.models import ModelConfig
 from guardcache.errors import ConfigError
 from guardcache.flows import KNOWN_FLOWS, FlowRef
 from guardcache.llm.client import ChatClient
-from guardcache.llm.transport import split_parameters
 from guardcache.llm.wire import CHECK_LIMITS, MAIN_LIMITS
 from guardcache.rails.caches import build_caches
 from guardcache.rails.rail import Rail
@@ -27,15 +26,13 @@ PROVIDERS = {"nim": "nim", "nvidia_ai_endpoints": "nim", "openai": "openai", "vl
 
 def build_client(model: ModelConfig) -> ChatClient:
     """The OpenAI-compatible client of a model: its transport settings (URL, whole-check timeout,
-    retries, headers) split from its parameters in one place; connections pooled per base URL and
-    event loop."""
-    settings, _ = split_parameters(model.parameters)
+    retries, headers), parsed from its parameters when the config was validated
+    (``ModelConfig.transport``); connections pooled per base URL and event loop."""
     return ChatClient.from_settings(
-        settings,
+        model.transport,
         model=model.model,
         api_key=model.api_key(),
         provider=PROVIDERS.get(model.engine, model.engine),
-        default_base_url=model.base_url,
         # A guard's answer is a verdict of a few tokens; the main model's can be long.
         limits=MAIN_LIMITS if model.type == "main" else CHECK_LIMITS,
         key_note=model.unsent_key_note(),
@@ -85,7 +82,7 @@ def build_check(config: RailsConfig, ref: FlowRef, runtime: Runtime) -> Check:
         cache=cache,
         model_type=model_type,
         model_name=model.model,
-        params=model.parameters,
+        generation=model.generation,
         settings=config.template_settings(),
         max_input_chars=limit,
     )

@@ -60,7 +60,6 @@ from guardcache.config.models import check_model_keys
 from guardcache.errors import ConfigError
 from guardcache.llm.pool import aclose_all
 from guardcache.llm.records import LLMCallInfo, record_call, request_scope
-from guardcache.llm.transport import split_parameters
 from guardcache.llm.types import Usage
 from guardcache.rails.builder import build_runtime
 from guardcache.rails.caches import log_caches
@@ -112,8 +111,8 @@ class TurnRunner:
                 )
             self.main = LangChainLLM(llm)
         elif "main" in config.model_types:
-            _, params = split_parameters(config.model("main").parameters)
-            self.main = ClientLLM(self.runtime.clients["main"], params)
+            # The main model's generation settings (parsed at validation) go with every turn.
+            self.main = ClientLLM(self.runtime.clients["main"], config.model("main").generation.as_body())
         self.last: TurnInfo | None = None
         self._multilingual = config.rails.config.content_safety.multilingual
         if self._multilingual.enabled:

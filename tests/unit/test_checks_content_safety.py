@@ -162,7 +162,6 @@ def make_check(
         cache=cache,
         model_type="content_safety",
         model_name=client.model,
-        params={"base_url": "http://nim.test/v1"},
     )
 
 

@@ -19,8 +19,8 @@ import pytest
 
 from guardcache import LLMRails, RailsConfig
 from guardcache.checks.check import LLMCheck
+from guardcache.config.parameters import parse_parameters
 from guardcache.errors import ConfigError
-from guardcache.llm.transport import split_parameters
 from guardcache.prompts.nemo_defaults import default_sample_conversation
 from guardcache.rails.builder import build_client, build_runtime
 
@@ -110,7 +110,7 @@ def test_the_key_is_in_no_repr_log_or_namespace_and_a_rotated_key_keeps_the_name
         str(client),
         repr(check.namespace),
         check.namespace.digest.hex(),
-        repr(split_parameters({"api_key": MARKER})),
+        repr(parse_parameters({"api_key": MARKER}).transport),
     ]
     assert not [s for s in shown if MARKER in s]
     assert not [r for r in caplog.records if MARKER in r.getMessage()]
@@ -121,14 +121,12 @@ def test_the_key_is_in_no_repr_log_or_namespace_and_a_rotated_key_keeps_the_name
     assert isinstance(keyless, LLMCheck) and keyless.namespace == check.namespace
 
 
-def test_split_parameters_makes_the_key_a_transport_setting() -> None:
-    settings, generation = split_parameters(
-        {"api_key": MARKER, "temperature": 0, "base_url": "http://h:1/v1"}
-    )
-    assert settings.api_key == MARKER and generation == {"temperature": 0}
-    assert MARKER not in repr(settings)
+def test_parsing_parameters_makes_the_key_a_transport_setting() -> None:
+    parsed = parse_parameters({"api_key": MARKER, "temperature": 0, "base_url": "http://h:1/v1"})
+    assert parsed.transport.api_key == MARKER and parsed.generation.as_body() == {"temperature": 0}
+    assert MARKER not in repr(parsed.transport) and MARKER not in repr(parsed.generation)
     with pytest.raises(ConfigError) as info:
-        split_parameters({"api_key": MARKER, "openai_api_key": MARKER + "x"})
+        parse_parameters({"api_key": MARKER, "openai_api_key": MARKER + "x"})
     assert MARKER not in str(info.value)
 
 

@@ -16,6 +16,7 @@ from guardcache.errors import BackendStatusError, BackendTimeoutError
 from guardcache.llm.client import DEFAULT_TIMEOUT, ChatClient, phase_timeouts
 from guardcache.llm.httpx_pool import ClientPool
 from guardcache.llm.retry import RetryPolicy
+from guardcache.llm.wire import Timeouts
 from tests.unit.test_llm_client import BASE, MESSAGES, Script, ok
 
 # A CPU-starved CI VM can run a timer late by this much; the bounds below are still far from what
@@ -47,9 +48,13 @@ def test_an_httpx_timeout_bounds_the_call_by_its_read_phase_unless_deadline_s_sa
     assert ChatClient(BASE, model="m").deadline_s == DEFAULT_TIMEOUT.read == 10.0
     assert ChatClient(BASE, model="m", timeout=httpx2.Timeout(60, connect=2)).deadline_s == 60
     assert ChatClient(BASE, model="m", timeout=5, deadline_s=1.5).deadline_s == 1.5
+    assert ChatClient(BASE, model="m", timeout=Timeouts(2, 60, 5, None)).deadline_s == 60
     unbounded = ChatClient(BASE, model="m", timeout=None)
-    assert unbounded.deadline_s is None and unbounded.timeout == httpx2.Timeout(None)
-    assert phase_timeouts(None) == httpx2.Timeout(None)
+    assert unbounded.deadline_s is None and unbounded.timeout == Timeouts()
+    assert phase_timeouts(None) == Timeouts()
+    # The client's own phase type; an httpx2.Timeout given is read by its attributes.
+    assert phase_timeouts(5) == Timeouts(connect=2.0, read=5, write=5, pool=None)
+    assert Timeouts.of(httpx2.Timeout(7, connect=1)) == Timeouts(1, 7, 7, 7)
 
 
 @pytest.mark.parametrize("kwargs", [{"timeout": 0}, {"timeout": -1.0}, {"deadline_s": 0}])

@@ -1,4 +1,5 @@
-"""A model's parameters split into transport settings and generation parameters, and the one URL check."""
+"""The client's side of a model's transport: the one URL rule (a ValueError here; the config's
+ConfigError in tests/unit/test_config_parameters.py), and a client built from TransportSettings."""
 
 from __future__ import annotations
 
@@ -8,18 +9,14 @@ from typing import Any
 import httpx2
 import pytest
 
+from guardcache.config.parameters import TRANSPORT_KEYS, parse_parameters
 from guardcache.errors import BackendStatusError, ConfigError
 from guardcache.llm.client import DEFAULT_TIMEOUT, ChatClient
 from guardcache.llm.retry import RetryPolicy
-from guardcache.llm.transport import (
-    TRANSPORT_KEYS,
-    TransportSettings,
-    split_parameters,
-    validate_base_url,
-)
+from guardcache.llm.transport import TransportSettings, check_base_url
 from tests.unit.test_llm_client import MESSAGES, Script, ok
 
-# --- validate_base_url ---------------------------------------------------------------------------
+# --- check_base_url ------------------------------------------------------------------------------
 
 
 @pytest.mark.parametrize(
@@ -32,7 +29,7 @@ from tests.unit.test_llm_client import MESSAGES, Script, ok
     ],
 )
 def test_a_valid_base_url_is_returned_normalized(url: str, expected: str) -> None:
-    assert validate_base_url(url) == expected
+    assert check_base_url(url) == expected
 
 
 @pytest.mark.parametrize(
@@ -50,110 +47,43 @@ def test_a_valid_base_url_is_returned_normalized(url: str, expected: str) -> Non
         (8000, r"expected an http\(s\) URL"),
     ],
 )
-def test_an_invalid_base_url_is_a_config_error_that_says_why(url: Any, complaint: str) -> None:
-    with pytest.raises(ConfigError, match=complaint) as info:
-        validate_base_url(url)
-    assert isinstance(info.value, ValueError)
+def test_an_invalid_base_url_is_the_clients_own_value_error_that_says_why(url: Any, complaint: str) -> None:
+    # llm raises no ConfigError (that is the config's, with the file and field): a ValueError.
+    with pytest.raises(ValueError, match=complaint) as info:
+        check_base_url(url)
+    assert not isinstance(info.value, ConfigError)
 
 
 def test_credentials_in_a_url_are_not_repeated_in_the_error() -> None:
-    with pytest.raises(ConfigError) as info:
-        validate_base_url("http://user:s3cret@nim:8000/v1")
+    with pytest.raises(ValueError) as info:
+        check_base_url("http://user:s3cret@nim:8000/v1")
     assert "s3cret" not in str(info.value)
 
 
 def test_chat_client_uses_the_same_check() -> None:
-    with pytest.raises(ConfigError, match="credentials"):
+    with pytest.raises(ValueError, match="ChatClient: base_url: credentials") as info:
         ChatClient("http://u:p@nim:8000/v1", model="m")
+    assert "u:p" not in str(info.value)
 
 
-# --- split_parameters ----------------------------------------------------------------------------
-
-
-def test_split_keeps_generation_parameters_apart_and_in_order() -> None:
-    params = {
-        "temperature": 0.0,
-        "base_url": "http://nim:8000/v1/",
-        "max_tokens": 50,
-        "timeout": 2,
-        "max_retries": 0,
-        "default_headers": {"X-Route": "guard"},
-        "top_p": 1,
-    }
-    settings, generation = split_parameters(params)
-    assert settings == TransportSettings(
-        base_url="http://nim:8000/v1",
-        timeout=2.0,
-        max_retries=0,
-        default_headers=(("X-Route", "guard"),),
-    )
-    assert list(generation.items()) == [("temperature", 0.0), ("max_tokens", 50), ("top_p", 1)]
-    assert "base_url" in params  # the input is not changed
-    assert TRANSPORT_KEYS.isdisjoint(generation)
-
-
-def test_nemo_openai_api_base_is_a_base_url_and_the_two_must_agree() -> None:
-    settings, generation = split_parameters({"openai_api_base": "http://nim:8000/v1"})
-    assert settings.base_url == "http://nim:8000/v1" and generation == {}
-    same, _ = split_parameters({"base_url": "http://nim:8000/v1/", "openai_api_base": "http://nim:8000/v1"})
-    assert same.base_url == "http://nim:8000/v1"
-    with pytest.raises(ConfigError, match="different servers"):
-        split_parameters({"base_url": "http://a:8000/v1", "openai_api_base": "http://b:8000/v1"})
-
-
-def test_no_transport_keys_means_defaults() -> None:
-    settings, generation = split_parameters({"temperature": 0.5})
-    assert settings == TransportSettings()
-    assert generation == {"temperature": 0.5}
+def test_transport_settings_are_frozen_values_with_secrets_out_of_repr() -> None:
+    settings = TransportSettings(default_headers=(("X-Proxy-Token", "tok-123"),), api_key="k-456")
+    assert "tok-123" not in repr(settings) and "k-456" not in repr(settings)
+    assert settings.headers == {"X-Proxy-Token": "tok-123"}
     hash(settings)  # frozen and hashable
-
-
-@pytest.mark.parametrize(
-    ("params", "complaint"),
-    [
-        ({"base_url": "nim:8000"}, r"parameters\.base_url"),
-        ({"openai_api_base": None}, r"parameters\.openai_api_base"),
-        ({"timeout": 0}, r"parameters\.timeout: expected seconds for the whole check"),
-        ({"timeout": True}, r"parameters\.timeout"),
-        ({"timeout": "2"}, r"parameters\.timeout"),
-        ({"timeout": float("inf")}, r"parameters\.timeout"),
-        ({"max_retries": -1}, r"parameters\.max_retries: expected a whole number >= 0"),
-        ({"max_retries": 1.5}, r"parameters\.max_retries"),
-        ({"max_retries": False}, r"parameters\.max_retries"),
-        ({"default_headers": ["X-A"]}, r"parameters\.default_headers: expected a mapping"),
-        ({"default_headers": {"bad name": "x"}}, "not a valid header name"),
-        ({"default_headers": {"X-A": 1}}, "one-line string"),
-        ({"default_headers": {"X-A": "a\r\nInjected: 1"}}, "one-line string"),
-        ({"default_headers": {"Authorization": "Bearer k"}}, "api_key_env_var"),
-        ({"default_headers": {"content-type": "text/plain"}}, "set by the client itself"),
-    ],
-)
-def test_invalid_transport_settings_are_config_errors_naming_the_field(
-    params: dict[str, Any], complaint: str
-) -> None:
-    with pytest.raises(ConfigError, match=complaint):
-        split_parameters(params)
-
-
-def test_header_values_are_kept_out_of_repr_and_errors() -> None:
-    settings, _ = split_parameters({"default_headers": {"X-Proxy-Token": "tok-123"}})
-    assert "tok-123" not in repr(settings)
-    with pytest.raises(ConfigError) as info:
-        split_parameters({"default_headers": {"X-Proxy-Token": "tok-123\n"}})
-    assert "tok-123" not in str(info.value)
 
 
 # --- ChatClient.from_settings --------------------------------------------------------------------
 
 
 def client_from(params: dict[str, Any], script: Script, **kwargs: Any) -> ChatClient:
-    settings, generation = split_parameters(params)
+    parsed = parse_parameters(params)
     return ChatClient.from_settings(
-        settings,
+        parsed.transport,
         model="m",
         provider="vllm",
         default_base_url="http://default.test/v1",
-        default_params=generation,
+        default_params=parsed.generation.as_body(),
         transport=httpx2.MockTransport(script),
         sleep=script.sleep,
         **kwargs,

@@ -22,10 +22,10 @@ from guardcache.checks.check import (
 )
 from guardcache.checks.verdict import CachedCheck, Verdict
 from guardcache.config import RailsConfig
+from guardcache.config.parameters import validate_base_url
 from guardcache.errors import ConfigError, ParseError
 from guardcache.flows import FlowSpec
 from guardcache.llm.client import ChatClient
-from guardcache.llm.transport import validate_base_url
 from guardcache.llm.types import ChatResult, Usage
 from guardcache.llm.wire import Reply
 
