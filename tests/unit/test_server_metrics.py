@@ -5,10 +5,11 @@ from __future__ import annotations
 
 import asyncio
 
+import pytest
 from prometheus_client import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
-from guardcache.cache import LFUCache
+from guardcache.cache import LFUCache, TinyLFUCache
 from guardcache.checks.verdict import RailResult
 from guardcache.llm.records import ExplainInfo, LLMCallInfo
 from guardcache.rails.turn import CheckResult, TurnInfo
@@ -24,8 +25,9 @@ def scrape(metrics: ServerMetrics) -> dict[tuple[str, tuple[tuple[str, str], ...
     }
 
 
-def test_cache_numbers_are_the_caches_own_at_scrape_time() -> None:
-    cache = LFUCache(2, track_stats=True)
+@pytest.mark.parametrize("policy", [LFUCache, TinyLFUCache], ids=["lfu", "tinylfu"])
+def test_cache_numbers_are_the_caches_own_at_scrape_time(policy: type[LFUCache] | type[TinyLFUCache]) -> None:
+    cache = policy(2, track_stats=True)
     metrics = ServerMetrics(lambda: {"c": {"content_safety": cache}})
     labels = (("config", "c"), ("model", "content_safety"))
     assert scrape(metrics)[("guardcache_cache_hits_total", labels)] == 0
