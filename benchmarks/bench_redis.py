@@ -1,6 +1,7 @@
 """Shared Redis tier benchmark: four replicas with per-process caches vs the same four behind Redis.
 
     python benchmarks/bench_redis.py [--replicas 4] [--checks 3000] [--concurrency 16] [--hit-only]
+                                     [--cluster]
 
 Runs, against ONE NIM emulator in its own process (``EmulatorProcess``, calibrated latency) and one
 ``redis-server`` it starts on a free loopback port:
@@ -18,9 +19,15 @@ empty, value in Redis) on loopback, p50 (target < 0.5 ms), authenticated (the re
 same tier with authentication swapped out (``PlainAuth``, defined here only: the pre-authentication
 key names and raw values; production has no such path) and a bare redis-py GET, the two tiers
 measured interleaved (key by key, alternating which goes first) so the machine's load hits both
-alike, plus the HMAC work of one hit on its own. ``--hit-only`` measures just that. The replicas get
-the tier's secret through ``GUARDCACHE_REDIS_SECRET`` (a random one unless it is set). Needs the
-``server`` and ``redis`` extras and ``redis-server`` on PATH. Not part of the test run.
+alike, plus the HMAC work of one hit on its own. ``--hit-only`` measures just that.
+
+``--cluster`` also starts a local Redis Cluster (3 primaries + 3 replicas, ``LocalRedisCluster``) and
+runs the same N workloads against it (``mode: cluster``), side by side with the standalone server in
+the same run: backend calls (target: within 2% of the lone replica, as standalone) and the cost of a
+hit on the cluster next to a hit on the standalone server, measured interleaved (target: within
+1.3x). The replicas get the tier's secret through ``GUARDCACHE_REDIS_SECRET`` (a random one unless
+it is set). Needs the ``server`` and ``redis`` extras and ``redis-server`` (and, for ``--cluster``,
+``redis-cli``) on PATH. Not part of the test run.
 """
 
 from __future__ import annotations
@@ -36,13 +43,13 @@ from pathlib import Path
 from typing import Any
 
 from guardcache.cache import LFUCache
-from guardcache.cache.redis import RedisSettings, TieredCache, build_tiered_cache
-from guardcache.cache.redis_keys import key_hex
+from guardcache.cache.redis import RedisEndpoint, RedisSettings, TieredCache, build_tiered_cache
+from guardcache.cache.redis.keys import key_hex
 from guardcache.checks import codec
 from guardcache.checks.verdict import CachedCheck, Verdict
 from guardcache.emulator import DEFAULT_MODEL, EmulatorConfig, EmulatorProcess
 from guardcache.llm.types import Usage
-from guardcache.testing import RedisServer, run_replicas, write_replica_config
+from guardcache.testing import LocalRedisCluster, RedisServer, run_replicas, write_replica_config
 
 
 def zipf_workload(seed: int, checks: int, universe: int, alpha: float, unique_share: float) -> list[str]:
@@ -68,13 +75,17 @@ def percentile(values: list[float], q: float) -> float:
 async def scenario(
     name: str,
     emu: EmulatorProcess,
-    redis: RedisServer,
+    redis: RedisServer | LocalRedisCluster,
     store: str,
     workloads: list[list[str]],
     concurrency: int,
     timeout_ms: int = 50,
 ) -> dict[str, Any]:
-    redis.client().flushall()
+    cluster = isinstance(redis, LocalRedisCluster)
+    if cluster:
+        redis.flushall()
+    else:
+        redis.client().flushall()
     await emu.areset(flush_cache=True)
     with tempfile.TemporaryDirectory() as tmp:
         config = write_replica_config(
@@ -88,6 +99,7 @@ async def scenario(
             ttl=3600,
             timeout_ms=timeout_ms,
             backend_timeout=30,
+            redis_extra="mode: cluster" if cluster else "",
         )
         started = time.perf_counter()
         reports = await run_replicas(config, workloads, Path(tmp), concurrency=concurrency)
@@ -193,6 +205,66 @@ async def redis_hit_cost(url: str, n: int = 2000, rounds: int = 6) -> dict[str, 
     }
 
 
+async def cluster_hit_cost(
+    server_url: str, cluster: LocalRedisCluster, n: int = 2000, rounds: int = 6
+) -> dict[str, float]:
+    """p50/p99 ms of a get_or_compute served by Redis (L1 empty) on the standalone server and on the
+    cluster, measured interleaved (key by key, alternating which goes first) so load hits both."""
+    value = CachedCheck(Verdict(True, (), "safe"), Usage(400, 6, 406, 256, DEFAULT_MODEL, "nim"))
+    secret = secrets.token_bytes(32)
+    keys = [i.to_bytes(32, "big") for i in range(n)]
+    where = {
+        "standalone": RedisSettings(url=server_url, secret=secret, key_prefix="benchhit", timeout_ms=1000),
+        "cluster": RedisSettings(
+            endpoint=RedisEndpoint(mode="cluster", urls=(cluster.url,)),
+            secret=secret,
+            key_prefix="benchhit",
+            timeout_ms=1000,
+        ),
+    }
+
+    def tier(label: str) -> TieredCache:
+        return build_tiered_cache(LFUCache(n + 1), codec=codec, settings=where[label], scope="cs:hit")
+
+    async def never() -> CachedCheck:
+        raise AssertionError("a Redis hit must not call the backend")
+
+    readers: dict[str, TieredCache] = {}
+    for label in where:
+        writer = tier(label)
+        for key in keys:
+            await writer.aput(key, value)
+        await writer.aclose(flush=False)
+        readers[label] = tier(label)
+        await readers[label].get_or_compute(b"warm" * 8, lambda: value)  # connect first
+    times: dict[str, list[float]] = {label: [] for label in where}
+    for _ in range(rounds):
+        for reader in readers.values():
+            reader.clear()
+        for i, key in enumerate(keys):
+            for label in ("standalone", "cluster") if i % 2 == 0 else ("cluster", "standalone"):
+                t0 = time.perf_counter()
+                await readers[label].get_or_compute(key, never)
+                times[label].append(time.perf_counter() - t0)
+    for label, reader in readers.items():
+        assert reader.tier_stats().l2_hits == n * rounds, label
+        await reader.aclose(flush=False)
+    return {
+        f"{label}_{q}": percentile(times[label], p) * 1000
+        for label in where
+        for q, p in (("p50", 0.5), ("p99", 0.99))
+    }
+
+
+def print_cluster_hit_cost(hit: dict[str, float]) -> None:
+    ratio = hit["cluster_p50"] / hit["standalone_p50"]
+    print(
+        f"Redis hit (L1 empty), p50: cluster {hit['cluster_p50']:.3f} ms vs standalone "
+        f"{hit['standalone_p50']:.3f} ms = {ratio:.2f}x (target <= 1.3x); p99 {hit['cluster_p99']:.3f} vs "
+        f"{hit['standalone_p99']:.3f} ms"
+    )
+
+
 def print_hit_cost(hit: dict[str, float]) -> None:
     print(
         f"Redis hit (L1 empty, value in Redis), p50: authenticated {hit['auth_ms']:.3f} ms vs "
@@ -215,6 +287,9 @@ async def main() -> None:
     parser.add_argument("--timeout-ms", type=int, default=50, help="the Redis budget (config default 50)")
     parser.add_argument("--time-scale", type=float, default=1.0, help="emulator latency scale")
     parser.add_argument("--hit-only", action="store_true", help="only the cost of one Redis hit")
+    parser.add_argument(
+        "--cluster", action="store_true", help="also a local Redis Cluster, side by side with standalone"
+    )
     args = parser.parse_args()
     # The replicas read the tier's secret from the default secret_env_var (inherited environment).
     os.environ.setdefault("GUARDCACHE_REDIS_SECRET", secrets.token_hex(32))
@@ -224,6 +299,9 @@ async def main() -> None:
             redis.start()
             try:
                 print_hit_cost(await redis_hit_cost(redis.url))
+                if args.cluster:
+                    with LocalRedisCluster(Path(redis_dir) / "cluster") as cluster:
+                        print_cluster_hit_cost(await cluster_hit_cost(redis.url, cluster))
             finally:
                 redis.kill()
         return
@@ -239,22 +317,36 @@ async def main() -> None:
         f"the union; {args.concurrency} in flight per replica; emulator time_scale {args.time_scale}"
     )
     emu_config = EmulatorConfig(port=0).merged(latency={"time_scale": args.time_scale})
+    cluster_hit: dict[str, float] | None = None
     with tempfile.TemporaryDirectory() as redis_dir:
         redis = RedisServer(Path(redis_dir))
         redis.start()
+        cluster = LocalRedisCluster(Path(redis_dir) / "cluster") if args.cluster else None
         try:
+            if cluster is not None:
+                cluster.start()
             # First, while the machine is quiet: the cost of one Redis hit.
             hit = await redis_hit_cost(redis.url)
+            if cluster is not None:
+                cluster_hit = await cluster_hit_cost(redis.url, cluster)
             async with EmulatorProcess(emu_config) as emu:
                 n = args.concurrency
                 rows = [
                     await scenario("memory", emu, redis, "memory", workloads, n),
                     await scenario("redis", emu, redis, "redis", workloads, n, args.timeout_ms),
-                    # one process with the same total load in flight as the N replicas
-                    await scenario("one replica, union", emu, redis, "memory", [union], n * len(workloads)),
                 ]
+                if cluster is not None:
+                    rows.append(
+                        await scenario("redis cluster", emu, cluster, "redis", workloads, n, args.timeout_ms)
+                    )
+                # one process with the same total load in flight as the N replicas
+                rows.append(
+                    await scenario("one replica, union", emu, redis, "memory", [union], n * len(workloads))
+                )
         finally:
             redis.kill()
+            if cluster is not None:
+                cluster.stop()
 
     print(
         f"\n{'scenario':<22}{'checks':>8}{'backend calls':>15}{'p50 ms':>9}{'p99 ms':>9}"
@@ -275,6 +367,8 @@ async def main() -> None:
             f"{shared['warning_lines']} WARNING lines logged by the {len(workloads)} replicas"
         )
     print_hit_cost(hit)
+    if cluster_hit is not None:
+        print_cluster_hit_cost(cluster_hit)
 
 
 if __name__ == "__main__":

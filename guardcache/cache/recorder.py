@@ -81,7 +81,7 @@ class StatsSnapshot:
     - The Redis tier's: ``l2_hits`` (of which ``l2_previous_hits`` found under a rotated-out
       secret), ``l2_misses``, ``l2_corrupt``, ``l2_unavailable``, ``l2_errors``,
       ``l2_auth_failures``, ``computations`` (backend calls), ``lease_waits``,
-      ``lease_takeovers``, ``lease_timeouts``: see :class:`~guardcache.cache.redis_stats.TierStats`.
+      ``lease_takeovers``, ``lease_timeouts``: see :class:`~guardcache.cache.redis.stats.TierStats`.
 
     The fields are in the order of this module's indices (``StatsSnapshot.of`` relies on it).
     """

@@ -4,7 +4,7 @@ Why: during an outage every guard call fails and retries, and one line per retry
 log exactly when operators read it (hundreds of identical lines a second). The first line is written
 at once, so an incident is visible immediately; the ones that follow within ``interval`` seconds are
 only counted, and the next line written says how many were left out. The same idea as the Redis
-tier's ``ThrottledLog`` (guardcache.cache.redis_health), without its doubling schedule: the client
+tier's ``ThrottledLog`` (guardcache.cache.redis.health), without its doubling schedule: the client
 has no recovery event to reset one, and a fixed interval is easier to read in a log.
 """
 

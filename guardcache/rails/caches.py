@@ -3,8 +3,9 @@
 This is where config meets ``guardcache.cache`` (which takes plain settings only): ``policy``
 picks the in-process cache (``lfu``, ``tinylfu``: :func:`guardcache.cache.make_cache`), ``store:
 redis`` puts the shared tier behind it, scoped by the model's type and name, with
-``guardcache.checks.codec`` turning verdicts into versioned bytes, and the tier's URL and secrets
-read from the environment when the cache is built (start-up), never from the config file.
+``guardcache.checks.codec`` turning verdicts into versioned bytes, the tier's endpoint (one server,
+a Redis Cluster's seed nodes, or Sentinels: ``cache.redis.mode``), and its URL, credentials and
+secrets read from the environment when the cache is built (start-up), never from the config file.
 
 Which models get one (``planned_caches``): every model but ``main`` unless its ``cache: {enabled:
 false}`` says otherwise (``ModelConfig`` resolves the default), and the JailbreakDetect NIM even
@@ -16,9 +17,11 @@ the start-up line that says what each model got.
 from __future__ import annotations
 
 import logging
+import os
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
+from urllib.parse import urlsplit
 
 from guardcache.cache import CacheInterface, PolicyCache, default_reporter, make_cache
 from guardcache.checks.jailbreak_detection.flows import MODEL_TYPE as JAILBREAK_TYPE
@@ -28,7 +31,7 @@ from guardcache.errors import ConfigError
 from guardcache.flows import KNOWN_FLOWS
 
 if TYPE_CHECKING:
-    from guardcache.cache.redis import RedisSettings
+    from guardcache.cache.redis import RedisEndpoint, RedisSettings
 
 logger = logging.getLogger(__name__)
 
@@ -177,20 +180,92 @@ def redis_url(model: ModelConfig, *, where: str | None = None) -> str:
     return url
 
 
+def _env_text(name: str) -> str | None:
+    """An environment variable, surrounding whitespace dropped (a mounted file's newline); None
+    when unset or blank."""
+    return (os.environ.get(name) or "").strip() or None
+
+
+_LOGINS = ("username_env_var", "password_env_var", "sentinel_username_env_var", "sentinel_password_env_var")
+
+
+def redis_endpoint(model: ModelConfig, *, where: str | None = None) -> RedisEndpoint:
+    """Where the model's Redis tier is, in its ``mode``, with the ACL credentials read now from the
+    environment variables the config names; a ``ConfigError`` (naming the field and the variable,
+    never a value) if one is missing or unusable. Needs the ``redis`` extra."""
+    from guardcache.cache.redis import RedisEndpoint
+
+    redis_cfg = model.cache.redis
+    if redis_cfg is None:  # unreachable after validation (store: redis requires it)
+        raise ConfigError(f"{_field(model, where, '')}: cache.store: redis needs a cache.redis section")
+    mode = redis_cfg.mode
+    urls: tuple[str, ...] = ()
+    if mode == "cluster" and redis_cfg.urls:
+        urls = tuple(redis_cfg.urls)
+    elif mode != "sentinel":
+        urls = (redis_url(model, where=where),)
+        if mode == "cluster" and urls[0].startswith("unix://"):
+            raise ConfigError(
+                f"{_field(model, where, 'url_env_var')}: a Redis Cluster is reached over TCP: the URL in "
+                f"{redis_cfg.url_env_var} must start with redis:// or rediss://"
+            )
+    logins: dict[str, str | None] = {}
+    for name in _LOGINS:
+        var = getattr(redis_cfg, name)
+        logins[name] = None if var is None else _env_text(var)
+        if var is not None and logins[name] is None:
+            what = "user name" if "username" in name else "password"
+            raise ConfigError(
+                f"{_field(model, where, name)}: environment variable {var} is not set or empty; set it to "
+                f"the Redis ACL {what} (or drop {name} if Redis needs none)"
+            )
+    if redis_cfg.password_env_var is not None and any(urlsplit(u).password is not None for u in urls):
+        raise ConfigError(
+            f"{_field(model, where, 'password_env_var')}: the Redis URL holds a password too; keep it in "
+            f"{redis_cfg.password_env_var} only"
+        )
+    ca_file = redis_cfg.tls_ca_file
+    if ca_file is not None:
+        if not os.path.isfile(ca_file):
+            raise ConfigError(f"{_field(model, where, 'tls_ca_file')}: no such file: {ca_file}")
+        if mode != "sentinel" and not urls[0].startswith("rediss://"):
+            raise ConfigError(
+                f"{_field(model, where, 'tls_ca_file')}: a CA bundle is for TLS: the URL in "
+                f"{redis_cfg.url_env_var} must start with rediss://"
+            )
+    try:
+        return RedisEndpoint(
+            mode=mode,
+            urls=urls,
+            sentinels=tuple(redis_cfg.sentinel_addresses),
+            service_name=redis_cfg.service_name or "",
+            db=redis_cfg.db,
+            tls=redis_cfg.tls,
+            tls_ca_file=ca_file,
+            username=logins["username_env_var"],
+            password=logins["password_env_var"],
+            sentinel_username=logins["sentinel_username_env_var"],
+            sentinel_password=logins["sentinel_password_env_var"],
+        )
+    except ValueError as exc:
+        raise ConfigError(f"{_field(model, where, '')}: {exc}") from exc
+
+
 def redis_settings(model: ModelConfig, *, where: str | None = None) -> RedisSettings:
-    """The plain settings of a model's Redis tier; the URL and the secrets are read now from their
-    environment variables, so they are never in a config file.
+    """The plain settings of a model's Redis tier (its endpoint: :func:`redis_endpoint`); the URL,
+    the credentials and the secrets are read now from their environment variables, so they are
+    never in a config file.
 
     An unset secret is a ``ConfigError``, not a fallback to unauthenticated entries: anyone who can
     write to Redis could then plant verdicts for any text, and the shared tier exists to be shared.
     Error messages name the variable, never its value.
     """
     from guardcache.cache.redis import RedisSettings
-    from guardcache.cache.redis_auth import MIN_SECRET_BYTES
+    from guardcache.cache.redis.auth import MIN_SECRET_BYTES
 
-    url = redis_url(model, where=where)
+    endpoint = redis_endpoint(model, where=where)
     redis_cfg = model.cache.redis
-    assert redis_cfg is not None  # checked by redis_url
+    assert redis_cfg is not None  # checked by redis_endpoint
     secret = redis_cfg.resolved_secret()
     if secret is None:
         raise ConfigError(
@@ -217,7 +292,7 @@ def redis_settings(model: ModelConfig, *, where: str | None = None) -> RedisSett
             "secret, otherwise leave it unset"
         )
     return RedisSettings(
-        url=url,
+        endpoint=endpoint,
         secret=secret,
         previous_secret=previous,
         ttl_s=float(redis_cfg.ttl),
@@ -235,6 +310,7 @@ __all__ = [
     "cache_summary",
     "log_caches",
     "planned_caches",
+    "redis_endpoint",
     "redis_settings",
     "redis_url",
 ]

@@ -19,6 +19,13 @@ import emulator, emulator_factory``). The async fixtures need pytest-asyncio (ei
 - ``redis_server`` / ``redis_url``: a fresh ``redis-server`` for one test (``RedisServer``: ``.url``,
   ``.kill()``, ``.restart()``, ``.pause()``, ``.resume()``, ``.client()``), killed at teardown. A
   missing binary FAILS the test: a silent skip would hide what the test was for.
+- ``redis_cluster``: a local Redis Cluster (3 primaries + 3 replicas, ``LocalRedisCluster``: ``.url``,
+  ``.urls``, ``.kill_primary()``, ``.wait_for_failover()``, ``.heal()``, ``.flushall()``,
+  ``.client()``) and ``redis_sentinel``: a primary, 2 replicas and 3 Sentinels (``SentinelSet``:
+  ``.sentinel_addresses``, ``.service_name``, ``.kill_primary()``, ``.wait_for_failover()``,
+  ``.heal()``). Each is started once per session, on first use (~2 s), and healed before every test
+  that asks for it (a node an earlier test killed is back, the set whole); tests keep their data
+  apart with their own key prefixes, or ``flushall()``.
 - ``echo_llm``: an ``EchoChatModel`` to pass as ``LLMRails(config, llm=echo_llm)``.
 
 To point a whole config at emulators instead, use ``guardcache.testing.emulated``.
@@ -34,6 +41,7 @@ import pytest_asyncio
 
 from guardcache.emulator import EmulatorConfig, EmulatorServer, LatencyConfig
 from guardcache.testing.main_model import EchoChatModel
+from guardcache.testing.redis_cluster import LocalRedisCluster, SentinelSet
 from guardcache.testing.redis_server import RedisServer, RedisServerNotFound
 
 EmulatorFactory = Callable[..., Awaitable[EmulatorServer]]
@@ -91,6 +99,46 @@ def redis_url(redis_server: RedisServer) -> str:
     return redis_server.url
 
 
+@pytest.fixture(scope="session")
+def _redis_cluster_of_session(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalRedisCluster]:
+    try:
+        cluster = LocalRedisCluster(tmp_path_factory.mktemp("redis-cluster"))
+    except RedisServerNotFound as exc:
+        pytest.fail(str(exc), pytrace=False)
+    cluster.start()
+    try:
+        yield cluster
+    finally:
+        cluster.stop()
+
+
+@pytest.fixture
+def redis_cluster(_redis_cluster_of_session: LocalRedisCluster) -> LocalRedisCluster:
+    """A local Redis Cluster, 3 primaries + 3 replicas (one per session, healed for each test)."""
+    _redis_cluster_of_session.heal()
+    return _redis_cluster_of_session
+
+
+@pytest.fixture(scope="session")
+def _redis_sentinel_of_session(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SentinelSet]:
+    try:
+        sentinels = SentinelSet(tmp_path_factory.mktemp("redis-sentinel"))
+    except RedisServerNotFound as exc:
+        pytest.fail(str(exc), pytrace=False)
+    sentinels.start()
+    try:
+        yield sentinels
+    finally:
+        sentinels.stop()
+
+
+@pytest.fixture
+def redis_sentinel(_redis_sentinel_of_session: SentinelSet) -> SentinelSet:
+    """A primary, 2 replicas and 3 Sentinels (one set per session, healed for each test)."""
+    _redis_sentinel_of_session.heal()
+    return _redis_sentinel_of_session
+
+
 @pytest.fixture
 def echo_llm() -> EchoChatModel:
     """A fake main model that echoes the last message."""
@@ -103,6 +151,8 @@ __all__ = [
     "echo_llm",
     "emulator",
     "emulator_factory",
+    "redis_cluster",
+    "redis_sentinel",
     "redis_server",
     "redis_url",
 ]

@@ -7,7 +7,9 @@
 
 It runs without persistence in ``workdir`` (its log is ``workdir/redis.log``). ``kill()`` and
 ``restart()`` keep the port, ``pause()``/``resume()`` make it hang and answer again, so a test can
-play an outage. The pytest fixtures ``redis_server`` and ``redis_url`` (``pytest_plugin``) wrap it.
+play an outage. ``args`` adds options (``--cluster-enabled yes``, ``--replicaof ...``), ``config_file``
+comes first (a Sentinel's: ``RedisServer(dir, config_file=conf, args=["--sentinel"])``). The pytest
+fixtures ``redis_server`` and ``redis_url`` (``pytest_plugin``) wrap it.
 Needs the ``redis-server`` binary on PATH (``apt-get install redis-server``); ``client()`` needs the
 ``redis`` extra.
 """
@@ -19,6 +21,7 @@ import signal
 import socket
 import subprocess
 import time
+from collections.abc import Sequence
 from pathlib import Path
 from types import TracebackType
 from typing import TYPE_CHECKING
@@ -58,13 +61,25 @@ class RedisServer:
     exit). ``RedisServerNotFound`` if the binary is missing.
     """
 
-    def __init__(self, workdir: Path, port: int | None = None) -> None:
+    def __init__(
+        self,
+        workdir: Path,
+        port: int | None = None,
+        *,
+        args: Sequence[str] = (),
+        config_file: Path | None = None,
+    ) -> None:
         binary = shutil.which("redis-server")
         if binary is None:
             raise RedisServerNotFound(INSTALL_HINT)
         self.binary = binary
         self.workdir = Path(workdir)
         self.port = port or free_port()
+        #: More ``--name value`` options after the defaults (e.g. ``--cluster-enabled yes``); they
+        #: may be changed between a ``kill()`` and a ``start()`` (e.g. ``--replicaof``).
+        self.args = list(args)
+        #: A config file given first (``redis-server <file> ...``): a Sentinel's, which it rewrites.
+        self.config_file = config_file
         self.proc: subprocess.Popen[bytes] | None = None
 
     @property
@@ -76,12 +91,14 @@ class RedisServer:
         not answer within ``timeout`` seconds)."""
         cmd = [
             self.binary,
+            *([str(self.config_file)] if self.config_file is not None else []),
             "--port", str(self.port),
             "--bind", "127.0.0.1",
             "--save", "",
             "--appendonly", "no",
             "--dir", str(self.workdir),
             "--protected-mode", "no",
+            *self.args,
         ]  # fmt: skip
         log = open(self.workdir / "redis.log", "ab")  # noqa: SIM115 (kept open for the child)
         self.proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT)

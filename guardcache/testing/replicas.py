@@ -32,12 +32,15 @@ def write_replica_config(
     ttl: int = 600,
     timeout_ms: int = 500,
     backend_timeout: float = 10,
+    redis_extra: str = "",
 ) -> Path:
-    """A config folder with one content-safety input rail on ``base_url``, cached in ``store``."""
+    """A config folder with one content-safety input rail on ``base_url``, cached in ``store``;
+    ``redis_extra`` adds entries to its ``cache.redis`` mapping (e.g. ``"mode: cluster"``)."""
     folder.mkdir(parents=True, exist_ok=True)
+    extra = f", {redis_extra}" if redis_extra else ""
     redis = (
         f"\n      redis: {{url: '{redis_url}', ttl: {ttl}, key_prefix: {key_prefix}, "
-        f"timeout_ms: {timeout_ms}, pool_size: 8}}"
+        f"timeout_ms: {timeout_ms}, pool_size: 8{extra}}}"
         if store == "redis"
         else ""
     )

@@ -8,7 +8,7 @@ from this module.
 from __future__ import annotations
 
 from guardcache.cache import LFUCache
-from guardcache.cache.redis import RedisSettings, TieredCache, build_tiered_cache
+from guardcache.cache.redis import RedisEndpoint, RedisSettings, TieredCache, build_tiered_cache
 from guardcache.checks import codec
 from guardcache.checks.verdict import CachedCheck, Verdict
 from guardcache.llm.types import Usage
@@ -26,16 +26,27 @@ def verdict(label: str = "safe", allowed: bool = True) -> CachedCheck:
 
 
 def make_tier(
-    url: str, scope: str = "content_safety:00000000", *, l1_size: int = 1000, **settings: object
+    where: str | RedisEndpoint,
+    scope: str = "content_safety:00000000",
+    *,
+    l1_size: int = 1000,
+    **settings: object,
 ) -> TieredCache:
-    """A tiered cache (fresh L1) on ``url`` with the library codec and :data:`TEST_SECRET`;
-    ``settings`` override :class:`RedisSettings` fields (e.g. ``timeout_ms=50``, ``lease_ms=300``,
-    ``secret=b"..."``)."""
-    opts: dict[str, object] = {"key_prefix": "gctest", "timeout_ms": 200.0, "secret": TEST_SECRET, **settings}
+    """A tiered cache (fresh L1) on ``where`` (a standalone server's URL, or an endpoint of any mode)
+    with the library codec and :data:`TEST_SECRET`; ``settings`` override :class:`RedisSettings`
+    fields (e.g. ``timeout_ms=50``, ``lease_ms=300``, ``secret=b"..."``)."""
+    place = {"url": where} if isinstance(where, str) else {"endpoint": where}
+    opts: dict[str, object] = {
+        "key_prefix": "gctest",
+        "timeout_ms": 200.0,
+        "secret": TEST_SECRET,
+        **place,
+        **settings,
+    }
     return build_tiered_cache(
         LFUCache(l1_size, track_stats=True),
         codec=codec,
-        settings=RedisSettings(url=url, **opts),  # type: ignore[arg-type]
+        settings=RedisSettings(**opts),  # type: ignore[arg-type]
         scope=scope,
     )
 

@@ -18,8 +18,8 @@ from typing import Any
 
 import pytest
 
-from guardcache.cache.redis_auth import ENVELOPE_OVERHEAD, ENVELOPE_VERSION, TAG_BYTES
-from guardcache.cache.redis_keys import key_hex
+from guardcache.cache.redis.auth import ENVELOPE_OVERHEAD, ENVELOPE_VERSION, TAG_BYTES
+from guardcache.cache.redis.keys import key_hex
 from guardcache.checks import codec
 from guardcache.config import RailsConfig
 from guardcache.errors import ConfigError

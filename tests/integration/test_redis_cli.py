@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from guardcache.cache.redis_keys import model_scope
+from guardcache.cache.redis.keys import model_scope
 from guardcache.cli import main
 from tests.integration.redis_support import RedisServer, make_tier, verdict
 

@@ -16,8 +16,8 @@ from typing import Any
 
 import pytest
 
-from guardcache.cache.redis_keys import KeySpace, model_scope
-from guardcache.cache.redis_stats import GlobalTierStats
+from guardcache.cache.redis.keys import KeySpace, model_scope
+from guardcache.cache.redis.stats import GlobalTierStats
 from guardcache.emulator import DEFAULT_MODEL, EmulatorServer
 from guardcache.testing import run_replicas, write_replica_config
 from guardcache.testing.pytest_plugin import EmulatorFactory

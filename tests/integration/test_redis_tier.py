@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from guardcache.cache import Namespace
-from guardcache.cache.redis_auth import ENVELOPE_OVERHEAD, ENVELOPE_VERSION
+from guardcache.cache.redis.auth import ENVELOPE_OVERHEAD, ENVELOPE_VERSION
 from guardcache.checks import codec
 from tests.integration.redis_support import (
     RedisServer,

@@ -6,7 +6,9 @@ unit. A unit is a top-level package or module (``cache``, ``config``, ``cli``), 
 check folders' data (``checks.catalog``: the catalog, every ``checks/<name>/flows.py`` and
 ``parsers.py``, ``verdict``, ``answer`` and the package ``__init__``\\ s) is a unit of its own below
 the config, while the checks' runtime (``checks``: ``check.py``, ``codec.py``, a check's own
-``check.py``) sits above it. A module may import its own unit freely and any unit of a LOWER layer;
+``check.py``) sits above it, and the ``guardcache cache`` command (``cache/redis/cli.py``, which reads
+configs) is a unit of its own among the commands at the top, while the rest of ``cache`` is a leaf
+(``COMMANDS``). A module may import its own unit freely and any unit of a LOWER layer;
 importing a unit of its own layer (peers) or of a higher one is a violation, reported with the file,
 line, module and import. A module of an undeclared unit is a violation too: a new package gets a
 place in ``LAYERS`` (and in docs/architecture.md) before it is used.
@@ -41,7 +43,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("rails",),  # LLMRails and the runtime around the checks
     ("guardcache",),  # guardcache/__init__.py: the public face
     ("emulator",),  # tools on top of the library
-    ("demo", "testing", "cache_cli", "server"),
+    ("demo", "testing", "cache.redis.cli", "server"),  # commands: `guardcache cache` reads configs
     ("cli",),  # `guardcache <command>`
     ("__main__",),  # `python -m guardcache`
 )
@@ -55,6 +57,10 @@ CATALOG = (
     "guardcache.checks.*.parsers",
 )
 """The modules of the ``checks.catalog`` unit (with the packages under ``guardcache/checks``)."""
+
+COMMANDS = {"guardcache.cache.redis.cli": "cache.redis.cli"}
+"""Modules that are units of their own, above the package they live in: a command kept in its folder
+(``guardcache cache`` in ``cache/redis/``) reads configs, while the rest of ``cache`` is a leaf."""
 
 
 @dataclass(frozen=True)
@@ -143,6 +149,8 @@ def unit_of(module: str, packages: set[str]) -> str:
     parts = module.split(".")
     if len(parts) == 1:
         return PACKAGE
+    if module in COMMANDS:
+        return COMMANDS[module]
     if parts[1] == "checks" and (module in packages or any(fnmatchcase(module, p) for p in CATALOG)):
         return "checks.catalog"
     return parts[1]

@@ -7,7 +7,7 @@ import hmac
 
 import pytest
 
-from guardcache.cache.redis_auth import (
+from guardcache.cache.redis.auth import (
     ENVELOPE_OVERHEAD,
     ENVELOPE_VERSION,
     MIN_SECRET_BYTES,
@@ -15,7 +15,7 @@ from guardcache.cache.redis_auth import (
     RedisAuth,
     check_secret,
 )
-from guardcache.cache.redis_keys import KeySpace, key_hex
+from guardcache.cache.redis.keys import KeySpace, key_hex
 
 SECRET = b"unit-test-secret-0123456789abcdef"
 OTHER_SECRET = b"another-secret-0123456789abcdef!"

@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-from guardcache.cache.redis_health import Backoff, CircuitBreaker, StallTolerantTimeout, ThrottledLog
+from guardcache.cache.redis.health import Backoff, CircuitBreaker, StallTolerantTimeout, ThrottledLog
 
 
 class FakeClock:

@@ -11,7 +11,7 @@ import re
 import pytest
 
 from guardcache.cache.keys import Namespace
-from guardcache.cache.redis_keys import (
+from guardcache.cache.redis.keys import (
     KeySpace,
     glob_escape,
     key_bytes,

@@ -9,8 +9,8 @@ import pytest
 
 from guardcache.cache import LFUCache
 from guardcache.cache.redis import RedisSettings, TieredCache
-from guardcache.cache.redis_stats import GlobalTierStats, TierStats
-from guardcache.cache.redis_store import redacted
+from guardcache.cache.redis.stats import GlobalTierStats, TierStats
+from guardcache.cache.redis.store import redacted
 from guardcache.checks import codec
 from guardcache.checks.verdict import CachedCheck, Verdict
 from guardcache.config import RailsConfig

@@ -3,7 +3,7 @@
 One model's entries live under ``{prefix}:{scope}:``; a value is ``{prefix}:{scope}:{<hex digest>}``,
 its lease ``{prefix}:{scope}:{<hex digest>}:lease`` and the model's shared counters
 ``{prefix}:{scope}:stats``. The digest is NOT the cache key: it is an HMAC of it under the operator's
-secret (:class:`~guardcache.cache.redis_auth.RedisAuth`), so no one can compute the key of a chosen
+secret (:class:`~guardcache.cache.redis.auth.RedisAuth`), so no one can compute the key of a chosen
 text from the config. This module only lays keys out; it holds no secret. Why this shape:
 
 - ``scope`` (e.g. ``content_safety:1a2b3c4d``: model type + a short hash of the model name) exists for

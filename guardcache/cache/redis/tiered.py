@@ -17,7 +17,7 @@ A load (``get_or_compute``) goes L1 -> Redis -> backend:
    longer than ``lease_ms + wait_margin_ms``: after that the waiter computes without the lease.
 
 Values cross Redis only through the codec (versioned bytes, never pickle), sealed by the store with
-the operator's secret (:mod:`~guardcache.cache.redis_auth`): a value that fails authentication
+the operator's secret (:mod:`~guardcache.cache.redis.auth`): a value that fails authentication
 (anyone who can write Redis could have planted it) or that the codec cannot read is a miss,
 recomputed under the lease and overwritten. A load gives up on Redis after
 ``_MAX_REJECTED`` such values (a writer swapping values as fast as we read them) and computes. During
@@ -44,9 +44,9 @@ from typing import Any, Protocol
 from guardcache.cache.interface import MISSING, CacheInterface, ComputeFn
 from guardcache.cache.policy_cache import PolicyCache
 from guardcache.cache.recorder import StatsRecorder
-from guardcache.cache.redis_health import Clock
-from guardcache.cache.redis_stats import GLOBAL_FIELDS, GlobalTierStats, TierStats, log
-from guardcache.cache.redis_store import FAILED, Found, Lease, RedisStore, Rejected, Unavailable
+from guardcache.cache.redis.health import Clock
+from guardcache.cache.redis.stats import GLOBAL_FIELDS, GlobalTierStats, TierStats, log
+from guardcache.cache.redis.store import FAILED, Found, Lease, RedisStore, Rejected, Unavailable
 from guardcache.cache.stats import CacheStats, StatsReporter, default_reporter
 
 _POLL_FIRST_S = 0.002

@@ -6,26 +6,37 @@ Every operation returns a result or an :class:`Unavailable`: ``SKIPPED`` when th
 refusing (e.g. OOM, READONLY). The caller then serves from the in-process cache and the backend; after
 a FAILED lease request it also cleans up with ``force=True``, because Redis may have taken the lease
 before the reply was lost. Errors are counted, logged through a
-:class:`~guardcache.cache.redis_health.ThrottledLog`, and open the
-:class:`~guardcache.cache.redis_health.CircuitBreaker`, whose probe runs in the background.
+:class:`~guardcache.cache.redis.health.ThrottledLog`, and open the
+:class:`~guardcache.cache.redis.health.CircuitBreaker`, whose probe runs in the background.
 
-Every value crosses Redis sealed (see :mod:`~guardcache.cache.redis_auth`): the store names keys with
+Every value crosses Redis sealed (see :mod:`~guardcache.cache.redis.auth`): the store names keys with
 an HMAC of the cache key and wraps each payload in an authenticated envelope; a read returns a
 :class:`Found` only for a value sealed for that key with this store's secret and not expired, else a
 :class:`Rejected` (counted in ``auth_failures``, logged at most once per quiet period). Raw bytes
 never reach the caller as a value. During a key rotation (``previous_secret``) a read that finds
 nothing under the new name also reads the old name in the same round trip.
 
-Each operation runs under a :class:`~guardcache.cache.redis_health.StallTolerantTimeout` of
+Each operation runs under a :class:`~guardcache.cache.redis.health.StallTolerantTimeout` of
 ``timeout_ms``: a slow Redis times out on time, but a deadline missed because this process's event
 loop was blocked (lazy imports, GC, a starved CPU) is extended, since Redis most likely answered.
 
 redis-py's asyncio clients and connections belong to the event loop that created them, so the store
-keeps one client per running loop (weakly keyed: a closed loop's client goes with it). Each client
-has a ``BlockingConnectionPool`` of ``pool_size`` connections: ``Redis.from_url`` would build a
-non-blocking pool, which raises "Too many connections" on a burst of concurrent checks instead of
-queueing them for a connection within the budget. Retries are off (``Retry(NoBackoff(), 0)``): a
-retry would spend the request's budget on a Redis that has just failed.
+keeps one client per running loop (weakly keyed: a closed loop's client goes with it), of the
+settings' :class:`~guardcache.cache.redis.clients.RedisEndpoint`: a standalone server, a Redis
+Cluster or a Sentinel-managed primary (:mod:`~guardcache.cache.redis.clients` has the clients, their
+pools of ``pool_size`` connections and why retries are off).
+
+In a cluster every command names keys of one slot: a value and its lease share a hash tag, so the
+scripts work there as on one server. The previous secret's name of an entry (a key rotation) has a
+tag of its own, so there what one server answers in one round trip (the value, the lease, the old
+value) takes two commands sent together, one per slot. A failover or a moving slot is a Redis
+problem like any other: the operations it fails are misses (each within ``timeout_ms``), the circuit
+opens, and its probe (given at least a second: it may read the cluster's topology again) closes it
+once every primary answers; in a cluster nothing else closes it (an operation that came back fine
+speaks for its own slot's primary only). A slot being migrated (resharding) is not an outage: single
+key commands follow ``ASK`` to the slot's new node, but a multi-key script gets ``TRYAGAIN`` while its
+keys are split between two nodes (Redis Cluster's rule), so that slot's lookups miss, counted and
+logged, without opening the circuit, until the slot has moved; then ``MOVED`` is followed.
 """
 
 from __future__ import annotations
@@ -38,29 +49,38 @@ import weakref
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
-from urllib.parse import urlsplit, urlunsplit
 
-from redis.asyncio import BlockingConnectionPool, Redis
-from redis.asyncio.retry import Retry
-from redis.backoff import NoBackoff
 from redis.commands.core import AsyncScript
-from redis.exceptions import RedisError
+from redis.exceptions import ClusterError, RedisClusterException, RedisError, TryAgainError
 
 from guardcache.cache.recorder import DISABLED_RECORDER, StatsRecorder
-from guardcache.cache.redis_auth import RedisAuth, check_secret
-from guardcache.cache.redis_health import CircuitBreaker, Clock, StallTolerantTimeout, ThrottledLog
-from guardcache.cache.redis_keys import KeySpace
-from guardcache.cache.redis_stats import log
+from guardcache.cache.redis.auth import RedisAuth, check_secret
+from guardcache.cache.redis.clients import AsyncConnection, RedisEndpoint, async_connection, redacted
+from guardcache.cache.redis.health import CircuitBreaker, Clock, StallTolerantTimeout, ThrottledLog
+from guardcache.cache.redis.keys import KeySpace
+from guardcache.cache.redis.stats import log
 
 T = TypeVar("T")
 
 _GRACE = 2  # deadline extensions granted when the event loop (not Redis) was stalled
+# What a Redis problem raises (a cluster client that reaches no node raises RedisClusterException,
+# which is not a RedisError).
+_REDIS_FAILURES = (RedisError, RedisClusterException, OSError, TimeoutError)
+
+
+def _slot_moving(exc: BaseException) -> bool:
+    """Whether ``exc`` says one slot is being migrated (resharding), not that Redis is failing:
+    Redis Cluster answers TRYAGAIN to a multi-key command (the lease scripts) while the slot's keys
+    are split between two nodes, and redis-py gives up ("TTL exhausted", a bare ``ClusterError``)
+    when the redirections do not settle. Only that slot's operations fail, until it has moved."""
+    return isinstance(exc, TryAgainError) or type(exc) is ClusterError
+
 
 # A value, or the lease: 1 = acquired by this token, 0 = held by someone else. ARGV[3] is a value the
 # caller rejected (failed authentication, or undecodable): it counts as absent, so the entry is
 # recomputed under the lease and overwritten. KEYS[3], only during a key rotation, is the same entry's
 # name under the previous secret: when the value is absent, {lease flag, old value} if one exists.
-# (Three keys in one script need one node: standalone Redis/Valkey, which is what the store uses.)
+# (Three keys of two slots: one server only; in a cluster the old name is read by a GET of its own.)
 _GET_OR_LEASE = """
 local v = redis.call('GET', KEYS[1])
 if v and v ~= ARGV[3] then return v end
@@ -126,18 +146,22 @@ def _now_ms() -> int:
     return time.time_ns() // 1_000_000
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, kw_only=True)
 class RedisSettings:
     """Plain settings of the shared tier (no config objects: ``guardcache.cache`` is standalone).
 
-    ``url`` is excluded from ``repr`` because it may carry a password, ``secret`` and
-    ``previous_secret`` because they authenticate every entry. ``secret`` (at least 16 bytes) names
-    keys and tags values; ``previous_secret``, during a key rotation only, is also accepted on read
-    (entries found under it are re-written under ``secret``). There is no unauthenticated mode: a
-    shared tier anyone with Redis access could fill with verdicts is worse than no shared tier.
+    Where Redis is: ``url`` (one standalone server), or ``endpoint`` (any mode: a cluster's seed
+    nodes, Sentinels, credentials, TLS); after construction both are set (``url``: the endpoint's
+    first URL, ``""`` with Sentinel). ``url`` is excluded from ``repr`` because it may carry a
+    password, ``secret`` and ``previous_secret`` because they authenticate every entry. ``secret``
+    (at least 16 bytes) names keys and tags values; ``previous_secret``, during a key rotation only,
+    is also accepted on read (entries found under it are re-written under ``secret``). There is no
+    unauthenticated mode: a shared tier anyone with Redis access could fill with verdicts is worse
+    than no shared tier.
     """
 
-    url: str = field(repr=False)
+    url: str = field(default="", repr=False)
+    endpoint: RedisEndpoint | None = None
     secret: bytes = field(repr=False)
     ttl_s: float = 86400.0  # entries expire in Redis (SET ... PX)
     key_prefix: str = "guardcache"
@@ -158,8 +182,14 @@ class RedisSettings:
                 raise ValueError(f"RedisSettings.{name} must be > 0 (got {getattr(self, name)!r})")
         if self.wait_margin_ms < 0 or self.breaker_cap_s < self.breaker_base_s:
             raise ValueError("RedisSettings: need wait_margin_ms >= 0 and breaker_cap_s >= breaker_base_s")
-        if not self.url.startswith(("redis://", "rediss://", "unix://")):
-            raise ValueError("RedisSettings.url must be a redis://, rediss:// or unix:// URL")
+        if self.endpoint is None:
+            if not self.url.startswith(("redis://", "rediss://", "unix://")):
+                raise ValueError("RedisSettings.url must be a redis://, rediss:// or unix:// URL")
+            object.__setattr__(self, "endpoint", RedisEndpoint.of_url(self.url))
+        elif self.url and self.url != self.endpoint.url:
+            raise ValueError("RedisSettings: give url (one standalone server) or endpoint, not both")
+        else:
+            object.__setattr__(self, "url", self.endpoint.url)
         check_secret(self.secret, "secret")
         if self.previous_secret is not None:
             check_secret(self.previous_secret, "previous secret")
@@ -167,6 +197,12 @@ class RedisSettings:
                 raise ValueError(
                     "the previous Redis secret equals the current one: drop it, or give the old one"
                 )
+
+    @property
+    def where(self) -> RedisEndpoint:
+        """The endpoint (set by construction)."""
+        assert self.endpoint is not None
+        return self.endpoint
 
     @property
     def ttl_ms(self) -> int:
@@ -177,23 +213,17 @@ class RedisSettings:
         return self.timeout_ms / 1000
 
 
-def redacted(url: str) -> str:
-    """``url`` without its password, for log lines."""
-    parts = urlsplit(url)
-    if parts.password is None:
-        return url
-    host = parts.hostname or ""
-    netloc = f"{parts.username or ''}:***@{host}" + (f":{parts.port}" if parts.port else "")
-    return urlunsplit(parts._replace(netloc=netloc))
-
-
 class _LoopClient:
-    """A client of one event loop and its registered scripts."""
+    """A client of one event loop and its registered scripts (``one_node`` and ``gate``: see
+    :class:`~guardcache.cache.redis.clients.AsyncConnection`)."""
 
-    __slots__ = ("client", "get_or_lease", "release", "set_and_release")
+    __slots__ = ("client", "connection", "gate", "get_or_lease", "one_node", "release", "set_and_release")
 
-    def __init__(self, client: Redis) -> None:
-        self.client = client
+    def __init__(self, connection: AsyncConnection) -> None:
+        self.connection = connection
+        self.client = client = connection.client
+        self.gate = connection.gate
+        self.one_node = connection.one_node
         self.get_or_lease: AsyncScript = client.register_script(_GET_OR_LEASE)
         self.set_and_release: AsyncScript = client.register_script(_SET_AND_RELEASE)
         self.release: AsyncScript = client.register_script(_RELEASE)
@@ -223,7 +253,16 @@ class RedisStore:
         )
         self._lock = threading.Lock()
         self._probes: set[asyncio.Task[None]] = set()
-        self._where = f"{redacted(settings.url)} ({keys.base}*)"
+        self._endpoint = settings.where
+        self._where = f"{self._endpoint.describe()} ({keys.base}*)"
+        # The probe of a cluster may read the topology again (a few round trips): give it a second.
+        cluster = self._endpoint.mode == "cluster"
+        self._probe_budget = max(1.0, self._timeout) if cluster else self._timeout
+        # On one server, an operation that began before the circuit opened and came back fine shows
+        # that Redis answers again. In a cluster it shows only that its own slot's primary does:
+        # there only the probe (every primary) closes the circuit, so a dead shard does not reopen
+        # it for every other operation.
+        self._ops_close_circuit = not cluster
         if self._previous is not None:
             log.info(
                 "Redis tier %s: key rotation on: entries sealed with the previous secret are read and "
@@ -233,21 +272,13 @@ class RedisStore:
 
     # -- plumbing ---------------------------------------------------------------------------------
 
-    def _make_client(self) -> Redis:
+    def _make_client(self) -> AsyncConnection:
         # redis-py's own timeouts are only a backstop, set past the longest a StallTolerantTimeout
         # can run (budget x (1 + grace), plus a few loop iterations): redis-py cannot tell a slow
         # Redis from a stalled event loop, and would fail operations Redis already answered.
         s = self.settings
-        backstop = s.timeout_s * (2 + _GRACE)
-        pool = BlockingConnectionPool.from_url(
-            s.url,
-            max_connections=s.pool_size,
-            timeout=backstop,  # waiting for a free connection
-            socket_timeout=backstop,
-            socket_connect_timeout=backstop,
-            retry=Retry(NoBackoff(), 0),
-        )
-        return Redis.from_pool(pool)
+        backstop = max(s.timeout_s, self._probe_budget) * (2 + _GRACE)
+        return async_connection(self._endpoint, pool_size=s.pool_size, timeout=backstop)
 
     def _client(self) -> _LoopClient:
         loop = asyncio.get_running_loop()
@@ -274,12 +305,20 @@ class RedisStore:
             return SKIPPED
         try:
             async with StallTolerantTimeout(budget or self._timeout, grace=_GRACE):
-                result = await op(self._client())
-        except (RedisError, OSError, TimeoutError) as exc:
-            self._failed(exc)
+                state = self._client()
+                if state.gate is None:
+                    result = await op(state)
+                else:  # a cluster's or Sentinel's pool does not queue: wait here, within the budget
+                    async with state.gate:
+                        result = await op(state)
+        except _REDIS_FAILURES as exc:
+            if _slot_moving(exc):
+                self._slot_moving(exc)
+            else:
+                self._failed(exc)
             return FAILED
-        if not self.breaker.closed:  # an operation begun before the circuit opened came back fine
-            self._recovered()
+        if not self.breaker.closed and self._ops_close_circuit:
+            self._recovered()  # an operation begun before the circuit opened came back fine
         return result
 
     def _failed(self, exc: BaseException, *, probe: bool = False) -> None:
@@ -289,6 +328,15 @@ class RedisStore:
         self._warn.warning(
             f"Redis tier {self._where} unavailable ({detail}); serving from the in-process cache "
             f"and the backend, next probe in {self.breaker.retry_in() * 1000:.0f} ms"
+        )
+
+    def _slot_moving(self, exc: BaseException) -> None:
+        """An operation on a slot being migrated: a miss (counted, logged), the circuit stays as it
+        is, since every other slot answers."""
+        self.recorder.record_l2_error()
+        self._warn.warning(
+            f"Redis tier {self._where}: a slot is being migrated ({type(exc).__name__}: {exc}); its "
+            "lookups are served from the in-process cache and the backend until it has moved"
         )
 
     def _recovered(self) -> None:
@@ -301,11 +349,17 @@ class RedisStore:
         task.add_done_callback(self._probes.discard)
 
     async def _probe(self) -> None:
-        """One PING off the request path: closes the circuit, or reopens it for a longer backoff."""
+        """One PING off the request path (a cluster: the topology, then every primary): closes the
+        circuit, or reopens it for a longer backoff."""
         try:
-            async with StallTolerantTimeout(self._timeout, grace=_GRACE):
-                await self._client().client.ping()
-        except (RedisError, OSError, TimeoutError) as exc:
+            async with StallTolerantTimeout(self._probe_budget, grace=_GRACE):
+                state = self._client()
+                if state.gate is None:
+                    await state.connection.probe()
+                else:
+                    async with state.gate:
+                        await state.connection.probe()
+        except _REDIS_FAILURES as exc:
             self._failed(exc, probe=True)
         except BaseException:
             self.breaker.record_failure(probe=True)  # never leave the breaker "probing" forever
@@ -361,12 +415,14 @@ class RedisStore:
     # -- operations -------------------------------------------------------------------------------
 
     async def ping(self) -> bool:
-        """One PING through this loop's pool (connecting it); whether Redis answered."""
+        """One PING through this loop's pool (connecting it; in a cluster, to every primary, after
+        reading the topology); whether Redis answered."""
 
         async def op(c: _LoopClient) -> bool:
-            return bool(await c.client.ping())
+            await c.connection.probe()
+            return True
 
-        return await self._run(op) is True
+        return await self._run(op, budget=self._probe_budget) is True
 
     async def get(self, key: Any) -> Found | Rejected | Unavailable | None:
         """The authenticated value, None when absent (or, rotating, absent under both names)."""
@@ -377,7 +433,10 @@ class RedisStore:
             if old is None:
                 current = await c.client.get(name)
                 return None if current is None else self._open(name, current)
-            current, previous = await c.client.mget(name, old)
+            if c.one_node:
+                current, previous = await c.client.mget(name, old)
+            else:  # two slots: one GET each, sent together
+                current, previous = await asyncio.gather(c.client.get(name), c.client.get(old))
             if current is not None:
                 return self._open(name, current)
             found = None if previous is None else self._open(old, previous, previous=True)
@@ -397,9 +456,19 @@ class RedisStore:
         name, lease = self.keys.value_key(digest), self.keys.lease_key(digest)
         old = self.previous_value_key(key)
         keys = [name, lease] if old is None else [name, lease, old]
+        args: list[str | bytes] = [token, self._lease_ms, ignore]
 
         async def op(c: _LoopClient) -> Found | Rejected | Lease:
-            reply = await c.get_or_lease(keys=keys, args=[token, self._lease_ms, ignore])
+            reply: Any
+            if old is not None and not c.one_node:
+                # Two slots: the script on the new name's slot, a GET of the old name, sent together.
+                reply, old_value = await asyncio.gather(
+                    c.get_or_lease(keys=keys[:2], args=args), c.client.get(old)
+                )
+                if not isinstance(reply, bytes) and old_value is not None:
+                    reply = [reply, old_value]  # as the one-server script answers: [lease flag, old value]
+            else:
+                reply = await c.get_or_lease(keys=keys, args=args)
             if isinstance(reply, bytes):
                 return self._open(name, reply)
             if isinstance(reply, list) and old is not None:  # rotating: [lease flag, old value]
@@ -459,7 +528,9 @@ class RedisStore:
             names.append(old)
 
         async def op(c: _LoopClient) -> bool:
-            return bool(await c.client.unlink(*names))
+            if c.one_node or len(names) == 1:
+                return bool(await c.client.unlink(*names))
+            return any(await asyncio.gather(*(c.client.unlink(n) for n in names)))  # two slots
 
         return await self._run(op) is True
 
@@ -490,7 +561,7 @@ class RedisStore:
         """Close the running loop's client (other loops' clients close with their loops)."""
         state = self._clients.pop(asyncio.get_running_loop(), None)
         if state is not None:
-            await state.client.aclose()
+            await state.connection.aclose()
 
 
 __all__ = [

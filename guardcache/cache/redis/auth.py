@@ -37,7 +37,7 @@ import hashlib
 import hmac
 from collections.abc import Hashable
 
-from guardcache.cache.redis_keys import key_bytes
+from guardcache.cache.redis.keys import key_bytes
 
 MIN_SECRET_BYTES = 16
 TAG_BYTES = 16

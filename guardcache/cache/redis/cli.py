@@ -2,10 +2,16 @@
 
 Operators run this against a live Redis, so it only ever iterates with ``SCAN MATCH .. COUNT``
 (never ``KEYS``, which blocks the server) and deletes with ``UNLINK`` in batches (freed in the
-background). It connects with each model's own ``cache.redis`` settings from the config.
+background). It connects with each model's own ``cache.redis`` settings from the config, in its mode:
+a standalone server, a Redis Cluster (SCAN and UNLINK on every primary, one slot per UNLINK) or the
+primary a Sentinel set names. Credentials come from the environment variables the config names.
 
-It needs no Redis secret (only the URL): counting and deleting go by key prefix and scope, which are
-public, while the digests inside the braces are HMACs only the replicas can compute.
+The one ``guardcache.cache`` module that reads configs (the command's job): it sits at the top of the
+layers with the other commands (docs/architecture.md), while the rest of the cache stays a leaf.
+
+It needs no tier secret (only where Redis is and how to log in): counting and deleting go by key
+prefix and scope, which are public, while the digests inside the braces are HMACs only the replicas
+can compute.
 """
 
 from __future__ import annotations
@@ -19,16 +25,19 @@ from dataclasses import dataclass
 from typing import Any
 
 import redis
+from redis.exceptions import RedisClusterException
 
-from guardcache.cache.redis_keys import LEASE_SUFFIX, KeySpace, model_scope, prefix_pattern, scope_of
-from guardcache.cache.redis_stats import GlobalTierStats
-from guardcache.cache.redis_store import redacted
+from guardcache.cache.redis.clients import AdminClient, RedisEndpoint, admin_client
+from guardcache.cache.redis.keys import LEASE_SUFFIX, KeySpace, model_scope, prefix_pattern, scope_of
+from guardcache.cache.redis.stats import GlobalTierStats
 from guardcache.errors import ConfigError
 
 SCAN_COUNT = 1000
 UNLINK_BATCH = 500
 MEMORY_SAMPLES = 32
 ADMIN_TIMEOUT_S = 5.0  # admin commands are not on a request's path: no need for the tight budget
+# What Redis can fail with (a cluster client's "cannot connect" is not a RedisError).
+REDIS_ERRORS = (redis.RedisError, RedisClusterException)
 
 
 @dataclass(frozen=True)
@@ -37,9 +46,13 @@ class Target:
 
     model_type: str
     model_name: str
-    url: str
+    endpoint: RedisEndpoint
     keys: KeySpace
     ttl: int
+
+    @property
+    def where(self) -> str:
+        return self.endpoint.describe()
 
 
 def register(subparsers: Any) -> None:
@@ -115,7 +128,7 @@ def _usage(parser: argparse.ArgumentParser) -> int:
 def targets(config_path: str, model_type: str | None) -> list[Target]:
     """The redis-backed models of a config (only ``model_type`` when given)."""
     from guardcache.config import RailsConfig
-    from guardcache.rails.caches import redis_url
+    from guardcache.rails.caches import redis_endpoint
 
     config = RailsConfig.from_path(config_path)
     found: list[Target] = []
@@ -125,12 +138,12 @@ def targets(config_path: str, model_type: str | None) -> list[Target]:
             continue
         if model_type is not None and model.type != model_type:
             continue
-        url = redis_url(model, where=f"{config.source or '<config>'}: models[{i}]")
+        endpoint = redis_endpoint(model, where=f"{config.source or '<config>'}: models[{i}]")
         try:
             keys = KeySpace(redis_cfg.key_prefix, model_scope(model.type, model.model))
         except ValueError as exc:
             raise ConfigError(f"{config.source or '<config>'}: models[{i}].cache.redis: {exc}") from exc
-        found.append(Target(model.type, model.model, url, keys, redis_cfg.ttl))
+        found.append(Target(model.type, model.model, endpoint, keys, redis_cfg.ttl))
     if not found:
         redis_models = [m.type for m in config.models if m.cache.enabled and m.cache.store == "redis"]
         which = f"model type {model_type!r}" if model_type else "any model"
@@ -141,26 +154,29 @@ def targets(config_path: str, model_type: str | None) -> list[Target]:
     return found
 
 
-def _connect(url: str) -> redis.Redis:
-    return redis.Redis.from_url(url, socket_timeout=ADMIN_TIMEOUT_S, socket_connect_timeout=ADMIN_TIMEOUT_S)
+def _connect(endpoint: RedisEndpoint) -> AdminClient:
+    return admin_client(endpoint, timeout=ADMIN_TIMEOUT_S)
 
 
-def _scan(client: redis.Redis, pattern: str) -> Iterator[bytes]:
-    yield from client.scan_iter(match=pattern, count=SCAN_COUNT)
+def _scan(client: AdminClient, pattern: str) -> Iterator[bytes]:
+    """Every key matching ``pattern``: SCAN on each primary (one server, or every primary of a
+    cluster: each holds its own slots)."""
+    for node in client.primaries():
+        yield from node.scan_iter(match=pattern, count=SCAN_COUNT)
 
 
-def _memory_estimate(client: redis.Redis, sample: list[bytes], total: int) -> int | None:
+def _memory_estimate(client: AdminClient, sample: list[bytes], total: int) -> int | None:
     """Bytes, from the mean ``MEMORY USAGE`` of the sampled keys; None when unavailable."""
     if not sample:
         return 0
     try:
-        sizes = [client.memory_usage(key) or 0 for key in sample]
+        sizes = [client.keyed.memory_usage(key) or 0 for key in sample]
     except redis.ResponseError:  # MEMORY disabled (some managed services)
         return None
     return round(sum(sizes) / len(sizes) * total)
 
 
-def model_stats(client: redis.Redis, target: Target) -> dict[str, Any]:
+def model_stats(client: AdminClient, target: Target) -> dict[str, Any]:
     entries = leases = 0
     sample: list[bytes] = []
     for key in _scan(client, target.keys.scope_pattern):
@@ -171,11 +187,11 @@ def model_stats(client: redis.Redis, target: Target) -> dict[str, Any]:
             entries += 1
             if len(sample) < MEMORY_SAMPLES:
                 sample.append(key)
-    totals = GlobalTierStats.from_hash(client.hgetall(target.keys.stats_key))
+    totals = GlobalTierStats.from_hash(client.keyed.hgetall(target.keys.stats_key))
     return {
         "model_type": target.model_type,
         "model": target.model_name,
-        "redis": redacted(target.url),
+        "redis": target.where,
         "keys": target.keys.scope_pattern,
         "entries": entries,
         "leases": leases,
@@ -194,7 +210,7 @@ def model_stats(client: redis.Redis, target: Target) -> dict[str, Any]:
     }
 
 
-def prefix_scopes(client: redis.Redis, prefix: str) -> dict[str, int]:
+def prefix_scopes(client: AdminClient, prefix: str) -> dict[str, int]:
     """Key counts per scope under ``prefix`` (every key: values, leases, counters)."""
     counts: Counter[str] = Counter()
     for key in _scan(client, prefix_pattern(prefix)):
@@ -202,17 +218,30 @@ def prefix_scopes(client: redis.Redis, prefix: str) -> dict[str, int]:
     return dict(sorted(counts.items()))
 
 
-def unlink_matching(client: redis.Redis, pattern: str) -> int:
-    """Delete every key matching ``pattern`` (SCAN + UNLINK in batches); how many were deleted."""
+def _unlink(node: redis.Redis, keys: list[bytes], one_node: bool) -> int:
+    """One batch: one UNLINK on a server; on a cluster's primary one UNLINK per key (a command may
+    name keys of one slot only), pipelined: one round trip either way."""
+    if one_node:
+        return int(node.unlink(*keys))
+    with node.pipeline(transaction=False) as pipe:
+        for key in keys:
+            pipe.unlink(key)
+        return sum(int(n) for n in pipe.execute())
+
+
+def unlink_matching(client: AdminClient, pattern: str) -> int:
+    """Delete every key matching ``pattern`` (SCAN + UNLINK in batches, on every primary); how many
+    were deleted."""
     deleted = 0
-    batch: list[bytes] = []
-    for key in _scan(client, pattern):
-        batch.append(key)
-        if len(batch) >= UNLINK_BATCH:
-            deleted += int(client.unlink(*batch))
-            batch.clear()
-    if batch:
-        deleted += int(client.unlink(*batch))
+    for node in client.primaries():
+        batch: list[bytes] = []
+        for key in node.scan_iter(match=pattern, count=SCAN_COUNT):
+            batch.append(key)
+            if len(batch) >= UNLINK_BATCH:
+                deleted += _unlink(node, batch, client.one_node)
+                batch.clear()
+        if batch:
+            deleted += _unlink(node, batch, client.one_node)
     return deleted
 
 
@@ -263,13 +292,13 @@ def run_stats(args: argparse.Namespace) -> int:
     report: dict[str, Any] = {"models": [], "prefixes": {}}
     try:
         for target in found:
-            with _connect(target.url) as client:
+            with _connect(target.endpoint) as client:
                 report["models"].append(model_stats(client, target))
                 if args.all:
-                    where = f"{redacted(target.url)} {target.keys.prefix}"
+                    where = f"{target.where} {target.keys.prefix}"
                     if where not in report["prefixes"]:
                         report["prefixes"][where] = prefix_scopes(client, target.keys.prefix)
-    except redis.RedisError as exc:
+    except REDIS_ERRORS as exc:
         return _fail(f"Redis error: {type(exc).__name__}: {exc}")
     if args.json:
         print(json.dumps(report, indent=2))
@@ -294,12 +323,12 @@ def run_clear(args: argparse.Namespace) -> int:
     try:
         for target in found:
             pattern = prefix_pattern(target.keys.prefix) if args.all else target.keys.scope_pattern
-            where = f"{redacted(target.url)} {pattern}"
+            where = f"{target.where} {pattern}"
             if where in deleted:  # --all: several models share one prefix
                 continue
-            with _connect(target.url) as client:
+            with _connect(target.endpoint) as client:
                 deleted[where] = unlink_matching(client, pattern)
-    except redis.RedisError as exc:
+    except REDIS_ERRORS as exc:
         return _fail(f"Redis error: {type(exc).__name__}: {exc}")
     if args.json:
         print(json.dumps({"deleted": deleted, "total": sum(deleted.values())}, indent=2))

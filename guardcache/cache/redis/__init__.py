@@ -3,26 +3,31 @@
 Needs the ``redis`` extra (``pip install 'guardcache[redis]'``); ``import guardcache.cache`` does not.
 The pieces, one job each:
 
-- :mod:`~guardcache.cache.redis_keys`   key layout (``{prefix}:{scope}:{<hex digest>}``), scopes
-- :mod:`~guardcache.cache.redis_auth`   key names and value tags (HMAC-SHA256 under the secret)
-- :mod:`~guardcache.cache.redis_health` circuit breaker and throttled warnings (pure, clock-driven)
-- :mod:`~guardcache.cache.redis_store`  the Redis operations, each within ``timeout_ms``, never raising
-- :mod:`~guardcache.cache.redis_stats`  ``TierStats`` and the counters shared through Redis
-- :mod:`~guardcache.cache.tiered`       ``TieredCache``: L1 -> Redis -> backend, leases, stats flushing
+- :mod:`~guardcache.cache.redis.keys`    key layout (``{prefix}:{scope}:{<hex digest>}``), scopes
+- :mod:`~guardcache.cache.redis.auth`    key names and value tags (HMAC-SHA256 under the secret)
+- :mod:`~guardcache.cache.redis.health`  circuit breaker and throttled warnings (pure, clock-driven)
+- :mod:`~guardcache.cache.redis.clients` where Redis is (``RedisEndpoint``: standalone, cluster,
+  Sentinel) and the redis-py clients of each mode
+- :mod:`~guardcache.cache.redis.store`   the Redis operations, each within ``timeout_ms``, never raising
+- :mod:`~guardcache.cache.redis.stats`   ``TierStats`` and the counters shared through Redis
+- :mod:`~guardcache.cache.redis.tiered`  ``TieredCache``: L1 -> Redis -> backend, leases, stats flushing
+- :mod:`~guardcache.cache.redis.cli`     ``guardcache cache stats|clear`` (not imported here)
 
 Like the rest of ``guardcache.cache`` this knows nothing of config files or LLMs: it takes plain
 settings (including the secret) and a codec (``guardcache.rails.caches`` does the wiring from
-``ModelConfig`` and the environment).
+``ModelConfig`` and the environment). The one exception is the command, ``cli``: it reads configs,
+and is layered with the other commands, above everything it uses.
 """
 
 from __future__ import annotations
 
 from guardcache.cache.policy_cache import PolicyCache
-from guardcache.cache.redis_keys import KeySpace, model_scope
-from guardcache.cache.redis_stats import GlobalTierStats, TierStats
-from guardcache.cache.redis_store import Lease, RedisSettings, RedisStore
+from guardcache.cache.redis.clients import RedisEndpoint
+from guardcache.cache.redis.keys import KeySpace, model_scope
+from guardcache.cache.redis.stats import GlobalTierStats, TierStats
+from guardcache.cache.redis.store import Lease, RedisSettings, RedisStore
+from guardcache.cache.redis.tiered import Codec, TieredCache
 from guardcache.cache.stats import StatsReporter
-from guardcache.cache.tiered import Codec, TieredCache
 
 
 def build_tiered_cache(
@@ -49,6 +54,7 @@ __all__ = [
     "GlobalTierStats",
     "KeySpace",
     "Lease",
+    "RedisEndpoint",
     "RedisSettings",
     "RedisStore",
     "TierStats",

@@ -1,0 +1,349 @@
+"""Where the shared tier's Redis is and how to reach it: one standalone server, a Redis Cluster, or a
+Sentinel-managed primary (:class:`RedisEndpoint`), and the redis-py clients of each mode.
+
+- ``standalone``: ``redis.asyncio.Redis`` on a ``BlockingConnectionPool`` of ``pool_size``
+  connections (a burst of concurrent checks queues for a connection within the budget, instead of
+  failing with "Too many connections" as ``Redis.from_url``'s pool would). The one path before the
+  modes existed, unchanged.
+- ``cluster``: ``redis.asyncio.cluster.RedisCluster`` on the seed nodes: it discovers the slots and
+  follows them (``MOVED``, ``ASK``, a topology refresh after a node fails). Every command it is given
+  names keys of one slot (see :mod:`~guardcache.cache.redis.keys`: a value and its lease share a
+  hash tag); what would span slots is split by the store (:attr:`AsyncConnection.one_node`).
+- ``sentinel``: ``redis.asyncio.sentinel.Sentinel(...).master_for(service_name)``: each new
+  connection asks the Sentinels for the current primary, and a connection to a demoted or dead one
+  is dropped (``READONLY`` and connection errors), so the next one reaches the new primary.
+
+The cluster's and the Sentinel's pools do not queue (they raise when all their connections are in
+use), so those modes get a semaphore of ``pool_size`` (:attr:`AsyncConnection.gate`): at most
+that many operations of one event loop at once, the others wait within their budget, as with the
+standalone pool. Retries are off in every mode (a retry would spend the request's budget on a Redis
+that has just failed), but redirections are not retries: ``MOVED`` and ``ASK`` are followed within
+the operation's budget.
+
+All modes take ``rediss://`` (or ``tls`` with Sentinel) with a CA bundle (``tls_ca_file``), and an
+ACL user and password that the caller reads from the environment (never from a config file). The
+CLI (``guardcache cache``) builds synchronous clients of the same endpoint (:func:`admin_client`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any, Literal
+from urllib.parse import urlsplit, urlunsplit
+
+import redis
+from redis.asyncio import BlockingConnectionPool, Redis
+from redis.asyncio.cluster import ClusterNode, RedisCluster
+from redis.asyncio.retry import Retry
+from redis.asyncio.sentinel import Sentinel
+from redis.backoff import NoBackoff
+
+Mode = Literal["standalone", "cluster", "sentinel"]
+MODES: tuple[Mode, ...] = ("standalone", "cluster", "sentinel")
+
+_SCHEMES = ("redis://", "rediss://", "unix://")
+
+
+def redacted(url: str) -> str:
+    """``url`` without its password, for log lines."""
+    parts = urlsplit(url)
+    if parts.password is None:
+        return url
+    host = parts.hostname or ""
+    netloc = f"{parts.username or ''}:***@{host}" + (f":{parts.port}" if parts.port else "")
+    return urlunsplit(parts._replace(netloc=netloc))
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RedisEndpoint:
+    """Where the tier's Redis is, and how to log in (plain values: no config objects).
+
+    ``urls``: standalone, the one server; cluster, the seed nodes (one is enough: the others are
+    discovered). ``sentinels`` (host, port) and ``service_name``: the Sentinels and the name they
+    monitor the primary by; ``db`` and ``tls`` only there (the other modes say both in the URL).
+    ``username``/``password`` (the ACL user) apply to every node; ``sentinel_username`` /
+    ``sentinel_password`` to the Sentinels, when they have their own. None of them, nor a URL (which
+    may hold a password), is in ``repr``; :meth:`describe` is the redacted text for logs.
+    """
+
+    mode: Mode = "standalone"
+    urls: tuple[str, ...] = field(default=(), repr=False)
+    sentinels: tuple[tuple[str, int], ...] = ()
+    service_name: str = ""
+    db: int = 0
+    tls: bool = False
+    tls_ca_file: str | None = None
+    username: str | None = field(default=None, repr=False)
+    password: str | None = field(default=None, repr=False)
+    sentinel_username: str | None = field(default=None, repr=False)
+    sentinel_password: str | None = field(default=None, repr=False)
+
+    def __post_init__(self) -> None:
+        if self.mode not in MODES:
+            raise ValueError(f"Redis mode must be one of {', '.join(MODES)} (got {self.mode!r})")
+        for url in self.urls:
+            if not url.startswith(_SCHEMES):
+                raise ValueError("a Redis URL must start with redis://, rediss:// or unix://")
+        if self.mode == "standalone" and len(self.urls) != 1:
+            raise ValueError(f"a standalone Redis has one URL (got {len(self.urls)})")
+        if self.mode == "cluster":
+            if not self.urls:
+                raise ValueError("a Redis Cluster needs at least one seed node URL")
+            if any(u.startswith("unix://") for u in self.urls):
+                raise ValueError("a Redis Cluster is reached over TCP (redis:// or rediss://), not unix://")
+            if len({u.startswith("rediss://") for u in self.urls}) > 1:
+                raise ValueError("every seed node needs the same scheme (all redis:// or all rediss://)")
+        if self.mode == "sentinel":
+            if self.urls:
+                raise ValueError("with Sentinel the Sentinels name the primary: give no URL")
+            if not self.sentinels or not self.service_name:
+                raise ValueError("Sentinel needs sentinels (host, port) and a service_name")
+        elif self.sentinels or self.service_name or self.db or self.tls:
+            raise ValueError("sentinels, service_name, db and tls are for mode sentinel only")
+        if self.tls_ca_file is not None and not self.uses_tls:
+            raise ValueError("tls_ca_file is for TLS: use rediss:// URLs (or tls with Sentinel)")
+
+    @classmethod
+    def of_url(cls, url: str) -> RedisEndpoint:
+        """One standalone server."""
+        return cls(urls=(url,))
+
+    @property
+    def url(self) -> str:
+        """The first URL (the server, or the first seed node); ``""`` with Sentinel."""
+        return self.urls[0] if self.urls else ""
+
+    @property
+    def uses_tls(self) -> bool:
+        return self.tls if self.mode == "sentinel" else self.url.startswith("rediss://")
+
+    def describe(self) -> str:
+        """Where, for log lines and the CLI: no password."""
+        if self.mode == "standalone":
+            return redacted(self.url)
+        if self.mode == "cluster":
+            more = f" (+{len(self.urls) - 1} seed nodes)" if len(self.urls) > 1 else ""
+            return f"cluster {redacted(self.url)}{more}"
+        where = ",".join(f"{host}:{port}" for host, port in self.sentinels)
+        return f"sentinel {self.service_name}@{where}" + ("/tls" if self.tls else "") + f" db {self.db}"
+
+    # -- connection options -----------------------------------------------------------------------
+
+    def _login(self) -> dict[str, Any]:
+        """Credentials and TLS options every node's connections take (only the ones set: a plain
+        connection refuses TLS options)."""
+        options: dict[str, Any] = {}
+        if self.username is not None:
+            options["username"] = self.username
+        if self.password is not None:
+            options["password"] = self.password
+        if self.uses_tls and self.tls_ca_file is not None:
+            options["ssl_ca_certs"] = self.tls_ca_file
+        return options
+
+    def _sentinel_login(self, timeout: float) -> dict[str, Any]:
+        """What a connection to a Sentinel takes (its own timeouts: redis-py does not pass on the
+        data nodes' options)."""
+        options: dict[str, Any] = {"socket_timeout": timeout, "socket_connect_timeout": timeout}
+        if self.sentinel_username is not None:
+            options["username"] = self.sentinel_username
+        if self.sentinel_password is not None:
+            options["password"] = self.sentinel_password
+        if self.tls:
+            options["ssl"] = True
+            if self.tls_ca_file is not None:
+                options["ssl_ca_certs"] = self.tls_ca_file
+        return options
+
+    def _seeds(self) -> list[tuple[str, int]]:
+        seeds = []
+        for url in self.urls:
+            parts = urlsplit(url)
+            seeds.append((parts.hostname or "localhost", parts.port or 6379))
+        return seeds
+
+    def _seed_login(self) -> dict[str, Any]:
+        """A cluster's credentials: the endpoint's, else the first seed URL's."""
+        parts = urlsplit(self.url)
+        options: dict[str, Any] = {}
+        if parts.username:
+            options["username"] = parts.username
+        if parts.password is not None:
+            options["password"] = parts.password
+        return {**options, **self._login()}
+
+
+# -- the tier's clients (asyncio, one set per event loop) -------------------------------------------
+
+
+class AsyncConnection:
+    """One event loop's client of an endpoint.
+
+    ``client`` takes keyed commands and scripts (routed to the key's node in a cluster);
+    ``one_node``: whether a command may name keys of different slots (not in a cluster); ``gate``:
+    the semaphore bounding concurrent operations (None: the pool queues by itself).
+    """
+
+    __slots__ = ("client", "endpoint", "gate", "one_node", "sentinel")
+
+    def __init__(
+        self,
+        endpoint: RedisEndpoint,
+        client: Redis | RedisCluster,
+        *,
+        gate: asyncio.Semaphore | None = None,
+        sentinel: Sentinel | None = None,
+    ) -> None:
+        self.endpoint = endpoint
+        self.client = client
+        self.gate = gate
+        self.one_node = endpoint.mode != "cluster"
+        self.sentinel = sentinel
+
+    async def probe(self) -> None:
+        """Raise unless the endpoint can serve the tier: standalone and Sentinel, a PING of the
+        (current) primary; cluster, the topology read again when a node failed, then a PING of every
+        primary (a primary that died and was not yet replaced fails it)."""
+        client = self.client
+        if isinstance(client, RedisCluster):
+            await client.initialize()
+            await client.ping(target_nodes=RedisCluster.PRIMARIES)
+        else:
+            await client.ping()
+
+    async def aclose(self) -> None:
+        await self.client.aclose()
+        if self.sentinel is not None:
+            await self.sentinel.aclose()
+
+
+def async_connection(endpoint: RedisEndpoint, *, pool_size: int, timeout: float) -> AsyncConnection:
+    """A client of ``endpoint`` for the running event loop: at most ``pool_size`` operations at once
+    (a cluster keeps up to twice that many connections per node: a rotating lookup holds two),
+    redis-py's own timeouts at ``timeout`` (the caller's backstop), no retries."""
+    if endpoint.mode == "standalone":
+        pool = BlockingConnectionPool.from_url(
+            endpoint.url,
+            max_connections=pool_size,
+            timeout=timeout,  # waiting for a free connection
+            socket_timeout=timeout,
+            socket_connect_timeout=timeout,
+            retry=Retry(NoBackoff(), 0),
+            **endpoint._login(),
+        )
+        return AsyncConnection(endpoint, Redis.from_pool(pool))
+    gate = asyncio.Semaphore(pool_size)
+    if endpoint.mode == "cluster":
+        cluster = RedisCluster(
+            startup_nodes=[ClusterNode(host, port) for host, port in endpoint._seeds()],
+            # Per node; the gate lets pool_size operations run at once, and a lookup during a key
+            # rotation holds two connections (its two slots may live on one node).
+            max_connections=2 * pool_size,
+            retry=Retry(NoBackoff(), 0),
+            # Keep serving the slots that are covered while a primary is down (those that are not
+            # fail fast, as misses) instead of refusing the whole cluster.
+            require_full_coverage=False,
+            ssl=endpoint.uses_tls,
+            socket_timeout=timeout,
+            socket_connect_timeout=timeout,
+            **endpoint._seed_login(),
+        )
+        return AsyncConnection(endpoint, cluster, gate=gate)
+    sentinel = Sentinel(  # type: ignore[no-untyped-call]
+        endpoint.sentinels,
+        sentinel_kwargs=endpoint._sentinel_login(timeout),
+        socket_timeout=timeout,
+        socket_connect_timeout=timeout,
+    )
+    primary = sentinel.master_for(
+        endpoint.service_name,
+        redis_class=Redis,
+        max_connections=pool_size,
+        db=endpoint.db,
+        retry=Retry(NoBackoff(), 0),
+        ssl=endpoint.tls,
+        **endpoint._login(),
+    )
+    return AsyncConnection(endpoint, primary, gate=gate, sentinel=sentinel)
+
+
+# -- the CLI's clients (synchronous) ------------------------------------------------------------------
+
+
+class AdminClient:
+    """A synchronous view of an endpoint for ``guardcache cache``: ``keyed`` runs commands on a key
+    (routed to its node), :meth:`primaries` lists the servers holding data (every primary of a
+    cluster) for SCAN and UNLINK; ``one_node`` as in :class:`AsyncConnection`."""
+
+    def __init__(
+        self, endpoint: RedisEndpoint, keyed: redis.Redis | redis.RedisCluster, closers: Sequence[Any]
+    ) -> None:
+        self.endpoint = endpoint
+        self.keyed = keyed
+        self.one_node = endpoint.mode != "cluster"
+        self._closers = list(closers)
+
+    def primaries(self) -> list[redis.Redis]:
+        keyed = self.keyed
+        if isinstance(keyed, redis.RedisCluster):
+            primaries = keyed.get_primaries()  # type: ignore[no-untyped-call]
+            return [keyed.get_redis_connection(node) for node in primaries]
+        return [keyed]
+
+    def close(self) -> None:
+        for closer in self._closers:
+            closer.close()
+
+    def __enter__(self) -> AdminClient:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def admin_client(endpoint: RedisEndpoint, *, timeout: float) -> AdminClient:
+    """A synchronous client of ``endpoint`` (a cluster's reads the topology at once, the others
+    connect on first use)."""
+    if endpoint.mode == "standalone":
+        client = redis.Redis.from_url(
+            endpoint.url, socket_timeout=timeout, socket_connect_timeout=timeout, **endpoint._login()
+        )
+        return AdminClient(endpoint, client, [client])
+    if endpoint.mode == "cluster":
+        from redis.cluster import ClusterNode as SyncNode
+
+        cluster = redis.RedisCluster(
+            startup_nodes=[SyncNode(host, port) for host, port in endpoint._seeds()],  # type: ignore[no-untyped-call]
+            require_full_coverage=False,
+            ssl=endpoint.uses_tls,
+            socket_timeout=timeout,
+            socket_connect_timeout=timeout,
+            **endpoint._seed_login(),
+        )
+        return AdminClient(endpoint, cluster, [cluster])
+    from redis.sentinel import Sentinel as SyncSentinel
+
+    sentinel = SyncSentinel(  # type: ignore[no-untyped-call]
+        endpoint.sentinels,
+        sentinel_kwargs=endpoint._sentinel_login(timeout),
+        socket_timeout=timeout,
+        socket_connect_timeout=timeout,
+    )
+    primary = sentinel.master_for(  # type: ignore[no-untyped-call]
+        endpoint.service_name, db=endpoint.db, ssl=endpoint.tls, **endpoint._login()
+    )
+    return AdminClient(endpoint, primary, [primary, *sentinel.sentinels])
+
+
+__all__ = [
+    "MODES",
+    "AdminClient",
+    "AsyncConnection",
+    "Mode",
+    "RedisEndpoint",
+    "admin_client",
+    "async_connection",
+    "redacted",
+]
