@@ -155,7 +155,7 @@ class RedisConfig(BaseModel):
 
     Entries are authenticated with a secret read from the environment (``secret_env_var``, never
     from YAML) when the cache is built; an unset or short secret stops start-up (see
-    ``guardcache.rails.caches.redis_settings``): a shared tier anyone with Redis access could fill
+    ``guardcache.config.redis_env.redis_settings``): a shared tier anyone with Redis access could fill
     with verdicts must not start silently. ``previous_secret_env_var`` names where the old secret is
     during a key rotation; unset or empty there means no rotation is in progress.
     """

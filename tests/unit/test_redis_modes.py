@@ -14,8 +14,9 @@ from redis.asyncio.sentinel import SentinelConnectionPool, SentinelManagedSSLCon
 from guardcache.cache.redis import RedisEndpoint, RedisSettings, TieredCache
 from guardcache.cache.redis.clients import async_connection
 from guardcache.config import RailsConfig
+from guardcache.config.redis_env import redis_endpoint, redis_settings
 from guardcache.errors import ConfigError
-from guardcache.rails.caches import build_cache, redis_endpoint, redis_settings
+from guardcache.rails.caches import build_cache
 
 
 def config(redis: str) -> RailsConfig:

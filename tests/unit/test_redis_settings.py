@@ -14,9 +14,10 @@ from guardcache.cache.redis.store import redacted
 from guardcache.checks import codec
 from guardcache.checks.verdict import CachedCheck, Verdict
 from guardcache.config import RailsConfig
+from guardcache.config.redis_env import redis_settings
 from guardcache.errors import ConfigError
 from guardcache.llm.types import Usage
-from guardcache.rails.caches import build_cache, redis_settings
+from guardcache.rails.caches import build_cache
 
 SECRET = "unit-test-secret-0123456789abcdef"
 OLD_SECRET = "unit-test-old-secret-fedcba9876543210"

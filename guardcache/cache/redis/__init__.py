@@ -14,9 +14,10 @@ The pieces, one job each:
 - :mod:`~guardcache.cache.redis.cli`     ``guardcache cache stats|clear`` (not imported here)
 
 Like the rest of ``guardcache.cache`` this knows nothing of config files or LLMs: it takes plain
-settings (including the secret) and a codec (``guardcache.rails.caches`` does the wiring from
-``ModelConfig`` and the environment). The one exception is the command, ``cli``: it reads configs,
-and is layered with the other commands, above everything it uses.
+settings (including the secret) and a codec (``guardcache.config.redis_env`` resolves the settings
+from ``ModelConfig`` and the environment, ``guardcache.rails.caches`` does the wiring). The one
+exception is the command, ``cli``: it reads configs, and is layered with the other commands, above
+everything it uses.
 """
 
 from __future__ import annotations

@@ -28,7 +28,7 @@ import redis
 from redis.exceptions import RedisClusterException
 
 from guardcache.cache.redis.clients import AdminClient, RedisEndpoint, admin_client
-from guardcache.cache.redis.keys import LEASE_SUFFIX, KeySpace, model_scope, prefix_pattern, scope_of
+from guardcache.cache.redis.keys import LEASE_SUFFIX, KeySpace, prefix_pattern, scope_of
 from guardcache.cache.redis.stats import GlobalTierStats
 from guardcache.errors import ConfigError
 
@@ -128,7 +128,7 @@ def _usage(parser: argparse.ArgumentParser) -> int:
 def targets(config_path: str, model_type: str | None) -> list[Target]:
     """The redis-backed models of a config (only ``model_type`` when given)."""
     from guardcache.config import RailsConfig
-    from guardcache.rails.caches import redis_endpoint
+    from guardcache.config.redis_env import redis_endpoint, redis_keys
 
     config = RailsConfig.from_path(config_path)
     found: list[Target] = []
@@ -138,11 +138,9 @@ def targets(config_path: str, model_type: str | None) -> list[Target]:
             continue
         if model_type is not None and model.type != model_type:
             continue
-        endpoint = redis_endpoint(model, where=f"{config.source or '<config>'}: models[{i}]")
-        try:
-            keys = KeySpace(redis_cfg.key_prefix, model_scope(model.type, model.model))
-        except ValueError as exc:
-            raise ConfigError(f"{config.source or '<config>'}: models[{i}].cache.redis: {exc}") from exc
+        where = f"{config.source or '<config>'}: models[{i}]"
+        endpoint = redis_endpoint(model, where=where)
+        keys = redis_keys(model, where=where)
         found.append(Target(model.type, model.model, endpoint, keys, redis_cfg.ttl))
     if not found:
         redis_models = [m.type for m in config.models if m.cache.enabled and m.cache.store == "redis"]
