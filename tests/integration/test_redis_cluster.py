@@ -132,10 +132,10 @@ async def test_a_moving_slot_misses_only_its_own_lookups_and_is_followed_once_mo
     split between two nodes): a miss for that slot only, the circuit stays closed. Once the slot has
     moved, MOVED is followed: hits again, no error."""
     key, elsewhere = b"\x07" * 32, b"\x09" * 32
-    writer = make_tier(endpoint(redis_cluster), key_prefix="gcclusterslot")
+    writer = make_tier(endpoint(redis_cluster), key_prefix="gcclusterslot", timeout_ms=2000)
     await writer.aput(key, verdict("moved"))
     await writer.aput(elsewhere, verdict("elsewhere"))
-    reader = make_tier(endpoint(redis_cluster), key_prefix="gcclusterslot")
+    reader = make_tier(endpoint(redis_cluster), key_prefix="gcclusterslot", timeout_ms=2000)
     backend = Backend()
     assert (await reader.get_or_compute(key, backend)).verdict.label == "moved"  # learns the slots
     client = redis_cluster.client()

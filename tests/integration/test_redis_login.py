@@ -102,11 +102,13 @@ async def test_tls_is_verified_with_the_configured_ca_bundle(tmp_path: Path) -> 
     server.start_on_free_port()
     try:
         url = f"rediss://127.0.0.1:{tls_port}/0"
-        cache = tier(f"url: '{url}', key_prefix: gctls, tls_ca_file: '{ca}'")
+        cache = tier(
+            f"url: '{url}', key_prefix: gctls, tls_ca_file: '{ca}', timeout_ms: 2000"
+        )  # not a latency test
         await cache.get_or_compute(b"\x01" * 32, lambda: verdict())
         assert cache.tier_stats().l2_errors == 0 and cache.tier_stats().l2_misses == 1
         assert server.client().exists(cache.store.value_key(b"\x01" * 32)) == 1  # it went over TLS
-        untrusted = tier(f"url: '{url}', key_prefix: gctls")  # the system CAs do not know this one
+        untrusted = tier(f"url: '{url}', key_prefix: gctls, timeout_ms: 2000")  # unknown CA
         assert await untrusted.get_or_compute(b"\x02" * 32, lambda: verdict()) == verdict()
         assert untrusted.tier_stats().l2_unavailable == 1
         await cache.aclose(flush=False)
