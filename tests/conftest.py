@@ -6,7 +6,8 @@ reproduces. Locally it explores new examples each run, which is where new counte
 guardcache's pytest fixtures (emulators, redis-server, a fake main model) are enabled the way an app
 enables them: ``pytest_plugins`` in the root conftest. Every test under ``tests/integration/`` talks
 to a real server and is marked ``integration`` here, so ``pytest -m "not integration"`` runs the unit
-tests only (``tests/unit/test_markers.py`` checks it).
+tests only (``tests/unit/test_markers.py`` checks it, with pytest's own ``pytester`` fixture: an
+in-process run, not a child interpreter).
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from pathlib import Path
 import pytest
 from hypothesis import settings
 
-pytest_plugins = ["guardcache.testing.pytest_plugin"]
+pytest_plugins = ["guardcache.testing.pytest_plugin", "pytester"]  # pytester: in-process pytest runs
 
 settings.register_profile("ci", derandomize=True, deadline=None, print_blob=True)
 settings.register_profile("dev", deadline=None)

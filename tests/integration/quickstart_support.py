@@ -5,7 +5,9 @@ from the repository's root.
 The defaults are the point (the quickstart and the snippets name 127.0.0.1:8001 and :8080), so they
 are used whenever they are free. When another process holds one (a developer's own emulator, a
 parallel run), the quickstart is copied with that port replaced, and ``Quickstart.as_written``
-rewrites a snippet the same way: the test still runs every line, only the port differs.
+rewrites a snippet the same way: the test still runs every line, only the port differs. Within one
+pytest-xdist run the tests that take the defaults are one group (``ON_DEFAULT_PORTS``), run on one
+worker one after another: two workers could otherwise both find a port free and both bind it.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import httpx
+import pytest
 
 from guardcache.emulator import READY_TAG
 from guardcache.emulator.cli import DEFAULT_PORT as EMULATE_PORT
@@ -31,6 +34,9 @@ from guardcache.server.cli import DEFAULT_PORT as SERVE_PORT
 ROOT = Path(__file__).resolve().parents[2]
 QUICKSTART = ROOT / "examples" / "quickstart"
 CONFIG_AS_WRITTEN = "examples/quickstart/config"
+ON_DEFAULT_PORTS = pytest.mark.xdist_group("default-ports")
+"""The mark of a test that starts ``guardcache emulate`` or ``serve`` on their default ports (when
+free): under ``pytest -n 2 --dist loadgroup`` (.ci/run) such tests share one worker."""
 
 
 def guardcache_command() -> list[str]:

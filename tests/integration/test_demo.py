@@ -1,12 +1,17 @@
 """``guardcache demo`` end to end, short and at time_scale 0: the nemoguards rails against four
 emulated NIMs, per-model backend calls and cache stats, refusals by every rail, hit and miss turns
-apart, and the third pass with the main model started during the input checks."""
+apart, and the third pass with the main model started during the input checks.
+
+One run of the three passes (``demo``, once for the module) is read by the tests of what the passes
+report; the CLI test runs its own, shorter one, through ``cli.run`` as the command does."""
 
 from __future__ import annotations
 
 import argparse
+import asyncio
 import logging
 import re
+from collections.abc import Sequence
 
 import pytest
 
@@ -15,9 +20,10 @@ from guardcache.demo import cli
 from guardcache.demo.report import PATH_LABELS, p95_note, render_log_lines, render_refusals, render_table
 from guardcache.demo.runner import ENDPOINTS, GUARDS, RAILS, PassResult, capture_stats_lines, run_demo
 from guardcache.demo.turns import PATHS, MainWork
-from guardcache.demo.workload import build_workload, counts
+from guardcache.demo.workload import Turn, build_workload, counts
 
-pytestmark = pytest.mark.integration
+# One worker under pytest-xdist (.ci/run): the module's demo run (``demo``) happens once, not per worker.
+pytestmark = [pytest.mark.integration, pytest.mark.xdist_group("test_demo")]
 
 STATS_LINE = re.compile(
     r"LFU Cache Statistics - Size: \d+/10000 \| Hits: \d+ \| Misses: \d+ \| Hit Rate: \d+\.\d\d% \| "
@@ -32,10 +38,23 @@ RAIL_OF_KIND = {
 }
 
 
-async def test_both_passes_report_per_model_stats_and_refusals_by_every_rail() -> None:
-    workload = build_workload(200, seed=3)
+Demo = tuple[Sequence[Turn], PassResult, PassResult, PassResult]
+
+
+@pytest.fixture(scope="module")
+def demo() -> Demo:
+    """The workload and its three passes (caching off, on, on + early main), run once: every test
+    below only reads them. 240 turns keep each rail's refusals and the hit rates well clear of the
+    bounds the tests check (at 120, caching on made 0.68x the guard calls of caching off, against a
+    bound of 0.7x)."""
+    workload = build_workload(240, seed=5)
+    passes = asyncio.run(run_demo(workload, concurrency=16, time_scale=0, log_interval=60, in_process=True))
+    return (workload, *passes)
+
+
+def test_both_passes_report_per_model_stats_and_refusals_by_every_rail(demo: Demo) -> None:
+    workload, off, on, early = demo
     n = counts(workload)
-    off, on, early = await run_demo(workload, concurrency=16, time_scale=0, log_interval=60, in_process=True)
 
     # Each pass keeps the workload's first refused turn of each rail, as its user saw it.
     flows = {"content_safety": "content safety check input", "output": "content safety check output"}
@@ -175,9 +194,8 @@ def input_rail(rail: str | None) -> bool:
     return rail is not None and rail != "output"
 
 
-async def test_hit_and_miss_turns_and_the_early_main_pass_are_consistent() -> None:
-    workload = build_workload(240, seed=5)
-    off, on, early = await run_demo(workload, concurrency=16, time_scale=0, log_interval=60, in_process=True)
+def test_hit_and_miss_turns_and_the_early_main_pass_are_consistent(demo: Demo) -> None:
+    workload, off, on, early = demo
     for result in (off, on, early):  # every turn sorted once, by its own record
         assert sum(result.path_turns(p) for p in PATHS) == result.turns == len(workload)
         assert sorted(result.turn_paths) == sorted(p for p in PATHS for _ in range(result.path_turns(p)))

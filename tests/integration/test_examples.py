@@ -1,46 +1,73 @@
-"""The shipped examples run as written (against emulated NIMs) and show what they promise."""
+"""The shipped examples run as written (against emulated NIMs) and show what they promise.
+
+The quickstart runs as its README says, as separate processes (``guardcache emulate`` in the
+background, then ``python examples/quickstart/app.py``). The other apps, and the quickstart against
+an emulator that is not running, run as their ``__main__`` in this process (``runpy``: the file
+itself, with its own argv and ``asyncio.run``): what they print is the point, and a child
+interpreter would add only its start-up.
+"""
 
 from __future__ import annotations
 
 import re
+import runpy
 import shutil
-import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
 from guardcache import REFUSAL, RailsConfig
-from tests.integration.quickstart_support import QUICKSTART, emulator, free_port, quickstart, run_python
+from tests.integration.quickstart_support import (
+    ON_DEFAULT_PORTS,
+    QUICKSTART,
+    emulator,
+    free_port,
+    quickstart,
+    run_python,
+)
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 
 
-def run_example(name: str) -> str:
-    proc = subprocess.run(
-        [sys.executable, str(EXAMPLES / name / "app.py"), "--time-scale", "0"],
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
-    assert proc.returncode == 0, proc.stderr
-    return proc.stdout
+@pytest.fixture
+def run_app(capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> Callable[..., str]:
+    """``run_app(path, *args)``: ``python path *args`` as ``__main__`` in this process; what it
+    printed on stdout (a non-zero exit fails the test with its stderr)."""
+
+    def run(app: Path, *args: str) -> str:
+        monkeypatch.setattr(sys, "argv", [str(app), *args])
+        capsys.readouterr()
+        try:
+            runpy.run_path(str(app), run_name="__main__")
+        except SystemExit as exc:  # argparse's usage error, or an app's own exit status
+            assert exc.code in (0, None), capsys.readouterr().err
+        return capsys.readouterr().out
+
+    return run
 
 
-def test_minimal_app_blocks_the_unsafe_turn_and_serves_the_repeat_from_cache() -> None:
-    out = run_example("minimal_app")
+def run_example(run_app: Callable[..., str], name: str) -> str:
+    return run_app(EXAMPLES / name / "app.py", "--time-scale", "0")
+
+
+def test_minimal_app_blocks_the_unsafe_turn_and_serves_the_repeat_from_cache(
+    run_app: Callable[..., str],
+) -> None:
+    out = run_example(run_app, "minimal_app")
     assert out.count("I'm sorry, I can't respond to that.") == 1
     assert "3 LLM calls (2 from cache)" in out
     assert "LFU Cache Statistics - Size: 3/50000 | Hits: 2 | Misses: 3" in out
 
 
-def test_langchain_main_model_example_hits_the_cache_on_the_repeat() -> None:
-    out = run_example("langchain_main")
+def test_langchain_main_model_example_hits_the_cache_on_the_repeat(run_app: Callable[..., str]) -> None:
+    out = run_example(run_app, "langchain_main")
     assert "(0 of 2 checks from cache)" in out and "(2 of 2 checks from cache)" in out
 
 
-def test_parallel_rails_example_blocks_with_one_of_its_rails() -> None:
-    out = run_example("parallel_rails")
+def test_parallel_rails_example_blocks_with_one_of_its_rails(run_app: Callable[..., str]) -> None:
+    out = run_example(run_app, "parallel_rails")
     assert "blocked (Controlled/Regulated Substances)" in out
 
 
@@ -64,6 +91,7 @@ def masked(output: str) -> str:
     return re.sub(r"\d+\.\d ms", "N ms", output).strip()
 
 
+@ON_DEFAULT_PORTS
 def test_the_quickstart_runs_as_its_readme_says(tmp_path: Path) -> None:
     # The README's commands: install, start the emulator, run the app. The test environment is the
     # installed one; the other two run as written, on the emulator's default port when it is free.
@@ -92,7 +120,9 @@ def test_the_quickstart_runs_as_its_readme_says(tmp_path: Path) -> None:
     assert len(shown) == 1 and masked(shown[0]) == masked(out)
 
 
-def test_the_quickstart_says_when_the_emulator_is_not_running(tmp_path: Path) -> None:
+def test_the_quickstart_says_when_the_emulator_is_not_running(
+    tmp_path: Path, run_app: Callable[..., str]
+) -> None:
     folder = tmp_path / "quickstart"
     shutil.copytree(QUICKSTART, folder)
     config = folder / "config" / "config.yml"
@@ -100,7 +130,6 @@ def test_the_quickstart_says_when_the_emulator_is_not_running(tmp_path: Path) ->
         config.read_text(encoding="utf-8").replace("127.0.0.1:8001", f"127.0.0.1:{free_port()}"),
         encoding="utf-8",
     )
-    proc = run_python([str(folder / "app.py")])
-    assert proc.returncode == 0, proc.stderr
-    assert proc.stdout.count("is `guardcache emulate` running on port 8001?") == 3
-    assert proc.stdout.count(REFUSAL) == 3  # no guard, no answer: blocked (on_error: block)
+    out = run_app(folder / "app.py")
+    assert out.count("is `guardcache emulate` running on port 8001?") == 3
+    assert out.count(REFUSAL) == 3  # no guard, no answer: blocked (on_error: block)

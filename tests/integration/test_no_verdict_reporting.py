@@ -38,6 +38,7 @@ import uvicorn
 from prometheus_client.parser import text_string_to_metric_families
 
 from guardcache import LLMRails, RailsConfig, cli
+from guardcache.emulator.server import UvicornServer
 from guardcache.llm.lanes import shared_ssl_context
 from guardcache.rails import REFUSAL
 from guardcache.server.app import create_app
@@ -95,7 +96,7 @@ def _status(status: int) -> bytes:
 
 FAILURES: dict[str, Failure] = {
     # outages: on_error decides
-    "timeout": Failure("BackendTimeoutError", True, {"hang_rate": 1.0, "hang_seconds": 30.0}, timeout=0.4),
+    "timeout": Failure("BackendTimeoutError", True, {"hang_rate": 1.0, "hang_seconds": 30.0}, timeout=0.2),
     "5xx": Failure("BackendStatusError", True, {"error_rate": 1.0}),
     "429": Failure("BackendStatusError", True, {"rate_limit_rate": 1.0, "retry_after_seconds": 0}),
     "malformed JSON body": Failure("BackendProtocolError", True, {"invalid_body_rate": 1.0}),
@@ -190,19 +191,25 @@ async def until(condition: Callable[[], bool], within: float = 10.0) -> None:
 
 @contextlib.asynccontextmanager
 async def serving(config: Path) -> AsyncIterator[str]:
-    """``guardcache serve``'s app for ``config`` under uvicorn on 127.0.0.1 (this loop): its URL."""
+    """``guardcache serve``'s app for ``config`` under uvicorn on 127.0.0.1 (this loop): its URL.
+
+    The server is uvicorn as the emulator embeds it (``UvicornServer``: it stops when asked, where
+    stock uvicorn looks at its exit flag every 100 ms); the app, its lifespan and the protocol are
+    uvicorn's and guardcache's as ``guardcache serve`` runs them."""
     settings = ServeSettings(config=str(config), warm_up=False, ready_main="off", ready_interval=600)
     app = create_app(settings)
-    server = uvicorn.Server(
-        uvicorn.Config(app, host="127.0.0.1", port=0, log_config=None, lifespan="on", access_log=False)
+    server = UvicornServer(
+        uvicorn.Config(app, host="127.0.0.1", port=0, log_config=None, lifespan="on", access_log=False),
+        on_shutdown=lambda: None,
+        signals=False,
     )
     task = asyncio.create_task(server.serve())
     try:
         await until(lambda: server.started or task.done())
         assert not task.done(), "the server did not start"
-        yield f"http://127.0.0.1:{server.servers[0].sockets[0].getsockname()[1]}"
+        yield f"http://127.0.0.1:{server.port}"
     finally:
-        server.should_exit = True
+        server.request_exit()
         await asyncio.wait_for(task, 30)
 
 
@@ -220,16 +227,17 @@ def sample(scraped: dict[tuple[str, tuple[tuple[str, str], ...]], float], name: 
     )
 
 
-async def scrape(url: str, turns: int) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+async def scrape(
+    client: httpx.AsyncClient, url: str, turns: int
+) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
     """``/metrics`` once ``turns`` turns were counted (a stream's turn is counted as its answer
     closes, which may be a moment after the client read the last byte)."""
     deadline = time.monotonic() + 10
-    async with httpx.AsyncClient(timeout=30) as client:
-        while True:
-            scraped = metrics((await client.get(f"{url}/metrics")).text)
-            if sample(scraped, "guardcache_turn_seconds_count") >= turns or time.monotonic() > deadline:
-                return scraped
-            await asyncio.sleep(0.02)
+    while True:
+        scraped = metrics((await client.get(f"{url}/metrics")).text)
+        if sample(scraped, "guardcache_turn_seconds_count") >= turns or time.monotonic() > deadline:
+            return scraped
+        await asyncio.sleep(0.02)
 
 
 async def chat(
@@ -240,8 +248,8 @@ async def chat(
     body = {"model": MAIN_MODEL, "messages": [{"role": "user", "content": text}], "stream": stream}
     async with httpx.AsyncClient(timeout=30) as client:
         reply = await client.post(f"{url}/v1/chat/completions", json=body)
-    assert reply.status_code == 200, reply.text
-    reply.extensions["metrics"] = await scrape(url, turn)
+        assert reply.status_code == 200, reply.text
+        reply.extensions["metrics"] = await scrape(client, url, turn)
     if not stream:
         return reply, reply.json()["guardcache"]
     events = [line[6:] for line in reply.text.splitlines() if line.startswith("data: ")]

@@ -5,7 +5,9 @@ marked ``<!-- snippet: compile only (why) -->`` runs from the repository's root 
 against what the README tells the reader to start: ``guardcache emulate`` on its default port, and
 ``guardcache serve --config examples/quickstart/config`` for a snippet that calls the server. A
 snippet holding ``async def test_...`` functions (the "Testing your app" example) runs under pytest,
-as the reader would run it.
+as the reader would run it: a pytest session of its own (``pytester.inline_run``: its own config,
+plugins and event loop, from the repository's root), in this process, since what it shows is that
+the test passes under pytest, not how an interpreter starts (the other snippets show that).
 """
 
 from __future__ import annotations
@@ -18,7 +20,15 @@ from pathlib import Path
 import pytest
 
 from guardcache.server.cli import DEFAULT_PORT as SERVE_PORT
-from tests.integration.quickstart_support import ROOT, Quickstart, emulator, quickstart, run_python, server
+from tests.integration.quickstart_support import (
+    ON_DEFAULT_PORTS,
+    ROOT,
+    Quickstart,
+    emulator,
+    quickstart,
+    run_python,
+    server,
+)
 
 README = ROOT / "README.md"
 DOCS = [README, *sorted((ROOT / "docs").glob("*.md"))]  # every Markdown file a user reads
@@ -87,6 +97,7 @@ def served(started: Quickstart, tmp_path_factory: pytest.TempPathFactory) -> Ite
         yield started
 
 
+@ON_DEFAULT_PORTS
 @pytest.mark.parametrize("snippet", RUNNABLE, ids=str)
 def test_the_snippet_runs(snippet: Snippet, request: pytest.FixtureRequest, tmp_path: Path) -> None:
     needs_server = f"127.0.0.1:{SERVE_PORT}" in snippet.code
@@ -94,9 +105,18 @@ def test_the_snippet_runs(snippet: Snippet, request: pytest.FixtureRequest, tmp_
     path = tmp_path / f"snippet_{Path(snippet.file).stem.replace('-', '_')}_line_{snippet.line}.py"
     path.write_text(qs.as_written(snippet.code), encoding="utf-8")
     if re.search(r"^(async )?def test_", snippet.code, re.M):
-        argv = ["-m", "pytest", str(path), "-q", "-p", "no:cacheprovider", "--rootdir", str(tmp_path)]
-        proc = run_python([*argv, "-o", "asyncio_mode=auto"])
-        assert "1 passed" in proc.stdout, proc.stdout + proc.stderr
-    else:
-        proc = run_python([str(path)])
+        pytester: pytest.Pytester = request.getfixturevalue("pytester")
+        monkeypatch: pytest.MonkeyPatch = request.getfixturevalue("monkeypatch")
+        monkeypatch.chdir(ROOT)  # where the reader runs it (its paths are relative to the root)
+        for name in ("PYTEST_XDIST_WORKER", "PYTEST_XDIST_WORKER_COUNT", "PYTEST_XDIST_TESTRUNUID"):
+            monkeypatch.delenv(name, raising=False)  # an xdist worker's (.ci/run), not the reader's
+        argv = [str(path), "-p", "no:cacheprovider", "--rootdir", str(tmp_path), "-o", "asyncio_mode=auto"]
+        # (the fixture loop scope set, or pytest-asyncio's warning that it is not lands in this run's)
+        result = pytester.inline_run(*argv, "-o", "asyncio_default_fixture_loop_scope=function")
+        passed, skipped, failed = result.listoutcomes()
+        failures = [str(r.longrepr) for r in [*failed, *result.getfailedcollections()]]
+        assert result.ret == 0, f"{snippet} failed:\n" + "\n".join(failures)
+        assert (len(passed), skipped) == (1, []), result.listoutcomes()
+        return
+    proc = run_python([str(path)])
     assert proc.returncode == 0, f"{snippet} failed:\n{proc.stdout}\n{proc.stderr}"

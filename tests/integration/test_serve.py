@@ -30,7 +30,8 @@ from prometheus_client.parser import text_string_to_metric_families
 from guardcache.emulator import EmulatorConfig, EmulatorServer, LatencyConfig, ThreadedEmulator
 from guardcache.rails import REFUSAL
 
-pytestmark = pytest.mark.integration
+# One worker under pytest-xdist (.ci/run): the module's server and NIMs are started once, not per worker.
+pytestmark = [pytest.mark.integration, pytest.mark.xdist_group("test_serve")]
 
 REPO = Path(__file__).resolve().parents[2]
 MAIN_MODEL = "meta/llama-3.1-8b-instruct"
@@ -38,6 +39,10 @@ GUARD_MODEL = "nvidia/llama-3.1-nemoguard-8b-content-safety"
 INPUT_FLOW = "content safety check input $model=content_safety"
 OUTPUT_FLOW = "content safety check output $model=content_safety"
 _RUNNING = re.compile(r"Uvicorn running on http://[\d.]+:(\d+)")
+LOOPBACK = httpx.Client(limits=httpx.Limits(max_keepalive_connections=0))
+"""For the helpers' many small requests (readiness polls, /metrics): ``httpx.get`` would build a new
+client, and load a CA bundle (~15 ms of CPU), for each; this one does it once. No keep-alive: a new
+connection per request, as ``httpx.get`` makes."""
 
 
 class ServeProcess:
@@ -95,7 +100,7 @@ class ServeProcess:
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             with contextlib.suppress(httpx.HTTPError):
-                if httpx.get(f"{self.url}/health/ready", timeout=2).status_code == 200:
+                if LOOPBACK.get(f"{self.url}/health/ready", timeout=2).status_code == 200:
                     return
             time.sleep(0.05)
         raise AssertionError(f"serve never became ready:\n{self.log()}")
@@ -148,7 +153,7 @@ class ServeProcess:
 
     def metrics(self) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
         """Every sample of ``/metrics``: (name, sorted labels) -> value."""
-        text = httpx.get(f"{self.url}/metrics", timeout=5).text
+        text = LOOPBACK.get(f"{self.url}/metrics", timeout=5).text
         return {
             (s.name, tuple(sorted(s.labels.items()))): s.value
             for family in text_string_to_metric_families(text)

@@ -28,7 +28,8 @@ from tests.integration.test_speculation import until
 serve = support.serve  # the fixtures
 nims = support.nims
 
-pytestmark = pytest.mark.integration
+# One worker under pytest-xdist (.ci/run): the two servers (one per parser) are started once, not per worker.
+pytestmark = [pytest.mark.integration, pytest.mark.xdist_group("test_serve_hostile")]
 
 HEADER_TIMEOUT = 1.5
 BODY_TIMEOUT = 2.0
@@ -149,7 +150,7 @@ def assert_quiet(server: ServeProcess) -> None:
 
 
 def chat_ok(server: ServeProcess, text: str = "hi") -> None:
-    response = httpx.post(
+    response = support.LOOPBACK.post(
         f"{server.url}{CHAT}", json={"messages": [{"role": "user", "content": text}]}, timeout=10
     )
     assert response.status_code == 200, response.text

@@ -62,7 +62,7 @@ rails:
 
 
 def ready(server: Any) -> httpx.Response:
-    return httpx.get(f"{server.url}/health/ready", timeout=5)
+    return support.LOOPBACK.get(f"{server.url}/health/ready", timeout=5)
 
 
 def wait_for(server: Any, status: int, within: float = 15.0) -> dict[str, Any]:
@@ -174,9 +174,16 @@ def test_serve_stops_at_start_when_a_key_variable_is_unset(tmp_path: Path, worke
     assert "GC_UNSET_GUARD_KEY" in done.stderr and "'content_safety'" in done.stderr
     assert f"{config}:" in done.stderr  # the config it comes from
     assert "Uvicorn running" not in done.stderr
-    # Empty is unset too.
-    done = _run(["serve", "--config", str(config), "--port", "0"], {**env, "GC_UNSET_GUARD_KEY": " "})
+
+
+def test_serve_takes_an_empty_key_variable_for_unset(tmp_path: Path) -> None:
+    # (once: it ran after each case above, both times the same one-worker command)
+    config = write_config(
+        tmp_path / "c", "http://127.0.0.1:9/v1", "http://127.0.0.1:9/v1", guard_key_var="GC_UNSET_GUARD_KEY"
+    )
+    done = _run(["serve", "--config", str(config), "--port", "0"], {**os.environ, "GC_UNSET_GUARD_KEY": " "})
     assert done.returncode == 2 and "GC_UNSET_GUARD_KEY" in done.stderr
+    assert "Uvicorn running" not in done.stderr
 
 
 def test_check_stops_at_start_when_a_key_variable_is_unset(tmp_path: Path) -> None:
