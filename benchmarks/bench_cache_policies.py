@@ -13,9 +13,7 @@ sketch (sized when the cache is half full) is counted. Not part of the test run.
 from __future__ import annotations
 
 import argparse
-import gc
 import statistics
-import tracemalloc
 from collections.abc import Callable
 from typing import Any
 
@@ -49,24 +47,6 @@ def miss_then_put(make: Factory, n_ops: int) -> float:
     return bc.timed(run)
 
 
-def bytes_per_entry(make: Factory, n: int = 50_000, accessed: bool = False) -> float:
-    ks = bc.keys(n, 7)
-    value = object()
-    gc.collect()
-    tracemalloc.start()
-    before = tracemalloc.get_traced_memory()[0]
-    cache = make(n)
-    for k in ks:
-        cache.put(k, value)
-    if accessed:
-        for k in ks:
-            cache.get(k)
-    after = tracemalloc.get_traced_memory()[0]
-    tracemalloc.stop()
-    del cache
-    return (after - before) / n
-
-
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--scale", type=float, default=1.0, help="fraction of the default op counts")
@@ -96,7 +76,7 @@ def main() -> None:
         row = best[w]
         print(f"{w:34s}{row['lfu']:>9.0f} ns{row['tinylfu']:>9.0f} ns{statistics.median(ratios[w]):>8.2f}")
     for label, accessed in (("bytes/entry (50k, fresh)", False), ("bytes/entry (50k, all read)", True)):
-        mem = {name: bytes_per_entry(make, accessed=accessed) for name, make in IMPLS.items()}
+        mem = {name: bc.bytes_per_entry(make, accessed=accessed) for name, make in IMPLS.items()}
         print(f"{label:34s}{mem['lfu']:>10.1f} B{mem['tinylfu']:>10.1f} B{mem['tinylfu'] / mem['lfu']:>8.2f}")
 
 

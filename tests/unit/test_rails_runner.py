@@ -288,7 +288,6 @@ async def test_a_stream_is_a_turn_whose_record_becomes_the_last_turn() -> None:
 
 
 async def test_runnable_rails_share_the_runner_of_the_rails_they_come_from() -> None:
-    pytest.importorskip("langchain_core")
     rails, _ = make_rails()
     from guardcache.rails.runnable import RunnableRails
 
