@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Iterable, Mapping, Sequence
-from typing import Any
+from typing import Any, cast
 
 from .images import has_images, image_tokens, read_images
 
@@ -82,7 +82,7 @@ class Tokenizer:
             content = message.get("content")
             role = str(message.get("role", "user"))
             if has_images([message]):
-                self._multimodal_turn(tokens, role, content)
+                self._multimodal_turn(tokens, role, cast("list[Any]", content))  # has_images: a list
             else:
                 self._turn(tokens, role, message_text(content))
         tokens += [START_HEADER, "assistant", END_HEADER, HEADER_BREAK]

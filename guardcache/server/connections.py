@@ -35,8 +35,9 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+from collections.abc import MutableMapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 import h11
 from uvicorn.protocols.http.h11_impl import H11Protocol
@@ -111,7 +112,7 @@ class _HeadGuard:
         super().connection_lost(exc)  # type: ignore[misc]
         self._hook.connection_lost()
 
-    def _offer_hook(self, scope: dict[str, Any] | None) -> None:
+    def _offer_hook(self, scope: MutableMapping[str, Any] | None) -> None:
         """Put the connection's :class:`DisconnectHook` in a request's scope (before its task runs)."""
         if scope is not None:
             extensions = scope.get("extensions")
@@ -233,7 +234,8 @@ class GuardedH11(_HeadGuard, H11Protocol):
 
     def handle_events(self) -> None:
         super().handle_events()
-        self._offer_hook(self.scope)  # (a request h11 parsed: its task is made, not run yet)
+        # (a request h11 parsed: its task is made, not run yet)
+        self._offer_hook(cast("MutableMapping[str, Any]", self.scope))
 
     def data_received(self, data: bytes) -> None:
         if self.conn.their_state is not h11.IDLE:  # a request's body, or past the end
@@ -285,7 +287,7 @@ class GuardedHttpTools(_HeadGuard, HttpToolsProtocol):
         HttpToolsProtocol.on_headers_complete(self)
         # uvicorn made this scope in on_message_begin, without extensions; the request's task is
         # made, not run yet.
-        self.scope["extensions"] = {DISCONNECT: hook}
+        self.scope["extensions"] = cast("dict[str, dict[object, object]]", {DISCONNECT: hook})
 
     def on_message_complete(self) -> None:
         HttpToolsProtocol.on_message_complete(self)

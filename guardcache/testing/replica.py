@@ -20,6 +20,7 @@ from typing import Any
 import httpx2
 
 from guardcache import LLMRails, RailsConfig
+from guardcache.cache.redis.tiered import TieredCache
 from guardcache.llm.pool import shared_ssl_context
 
 
@@ -49,7 +50,7 @@ async def run(config_dir: str, messages: list[str], concurrency: int) -> dict[st
     results = await asyncio.gather(*(one(i, m) for i, m in enumerate(messages)))
     wall = time.perf_counter() - started
     tier: dict[str, Any] | None = None
-    if hasattr(cache, "tier_stats"):
+    if isinstance(cache, TieredCache):
         await cache.flush_stats()
         tier = cache.tier_stats().as_dict()
         await cache.aclose()
