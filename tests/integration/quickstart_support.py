@@ -3,11 +3,13 @@ command in a child process on its default port, the app or snippet as a separate
 from the repository's root.
 
 The defaults are the point (the quickstart and the snippets name 127.0.0.1:8001 and :8080), so they
-are used whenever they are free. When another process holds one (a developer's own emulator, a
-parallel run), the quickstart is copied with that port replaced, and ``Quickstart.as_written``
-rewrites a snippet the same way: the test still runs every line, only the port differs. Within one
-pytest-xdist run the tests that take the defaults are one group (``ON_DEFAULT_PORTS``), run on one
-worker one after another: two workers could otherwise both find a port free and both bind it.
+are used whenever they are free. A test on them holds the machine-wide default-ports lock
+(``tests/default_ports.py``) while its servers listen: another test, on another pytest-xdist worker or
+in another run, waits for it rather than finding the port free at the same moment and binding it too.
+When the ports are taken by something else (a developer's own ``guardcache emulate``), or the lock
+is not had in time, the quickstart is copied with its ports replaced, and ``Quickstart.as_written``
+rewrites a snippet the same way: the test still runs every line, only the port differs, and a
+warning says why.
 """
 
 from __future__ import annotations
@@ -20,23 +22,23 @@ import socket
 import subprocess
 import sys
 import time
+import warnings
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 import httpx
-import pytest
 
 from guardcache.emulator import READY_TAG
 from guardcache.emulator.cli import DEFAULT_PORT as EMULATE_PORT
 from guardcache.server.cli import DEFAULT_PORT as SERVE_PORT
+from tests.default_ports import DefaultPortsLock
 
 ROOT = Path(__file__).resolve().parents[2]
 QUICKSTART = ROOT / "examples" / "quickstart"
 CONFIG_AS_WRITTEN = "examples/quickstart/config"
-ON_DEFAULT_PORTS = pytest.mark.xdist_group("default-ports")
-"""The mark of a test that starts ``guardcache emulate`` or ``serve`` on their default ports (when
-free): under ``pytest -n 2 --dist loadgroup`` (.ci/run) such tests share one worker."""
+LOCK_WAIT_S = 120.0
+"""How long a test waits for another holder of the default ports before it runs on free ones."""
 
 
 def guardcache_command() -> list[str]:
@@ -87,10 +89,27 @@ class Quickstart:
         )
 
 
-def quickstart(tmp: Path) -> Quickstart:
-    """The quickstart on the default ports if both are free, else a copy on free ones."""
-    if port_is_free(EMULATE_PORT) and port_is_free(SERVE_PORT):
-        return Quickstart(QUICKSTART, EMULATE_PORT, SERVE_PORT)
+@contextlib.contextmanager
+def quickstart(
+    tmp: Path, *, wait: float = LOCK_WAIT_S, lock: DefaultPortsLock | None = None
+) -> Iterator[Quickstart]:
+    """The quickstart on the default ports, held under the default-ports lock for the ``with``
+    block; on free ports (a copy) when something else has them or the lock was not had in time."""
+    with (lock or DefaultPortsLock()).hold(wait=wait) as held:
+        if held and port_is_free(EMULATE_PORT) and port_is_free(SERVE_PORT):
+            yield Quickstart(QUICKSTART, EMULATE_PORT, SERVE_PORT)
+            return
+        why = (
+            f"another process (not one of these tests) listens on 127.0.0.1:{EMULATE_PORT} or :{SERVE_PORT}"
+            if held
+            else f"another test held the default ports for over {wait:g} s"
+        )
+        warnings.warn(f"the quickstart runs on free ports: {why}", stacklevel=3)
+        yield on_free_ports(tmp)
+
+
+def on_free_ports(tmp: Path) -> Quickstart:
+    """A copy of the quickstart whose config names free ports."""
     emulate, serve = free_port(), free_port()
     folder = tmp / "quickstart"
     shutil.copytree(QUICKSTART, folder)

@@ -20,7 +20,6 @@ import pytest
 
 from guardcache import REFUSAL, RailsConfig
 from tests.integration.quickstart_support import (
-    ON_DEFAULT_PORTS,
     QUICKSTART,
     emulator,
     free_port,
@@ -91,17 +90,17 @@ def masked(output: str) -> str:
     return re.sub(r"\d+\.\d ms", "N ms", output).strip()
 
 
-@ON_DEFAULT_PORTS
 def test_the_quickstart_runs_as_its_readme_says(tmp_path: Path) -> None:
-    # The README's commands: install, start the emulator, run the app. The test environment is the
-    # installed one; the other two run as written, on the emulator's default port when it is free.
+    # The README's commands: a virtual environment, install, start the emulator, run the app. The
+    # test environment is the installed one; the other two run as written, on the emulator's default
+    # port when it is free.
     assert quickstart_commands() == [
+        "python3 -m venv .venv && . .venv/bin/activate",
         "pip install -e '.[server]'",
         "guardcache emulate &",
         "python examples/quickstart/app.py",
     ]
-    qs = quickstart(tmp_path)
-    with emulator(qs, tmp_path / "emulate.log"):
+    with quickstart(tmp_path) as qs, emulator(qs, tmp_path / "emulate.log"):
         proc = run_python([str(qs.folder / "app.py")] if not qs.as_is else ["examples/quickstart/app.py"])
     assert proc.returncode == 0, proc.stderr
     out = proc.stdout
@@ -112,7 +111,8 @@ def test_the_quickstart_runs_as_its_readme_says(tmp_path: Path) -> None:
     assert allowed.count("asked the model") == 3 and "from cache" not in allowed
     assert f"bot:  {REFUSAL}\n      refused by content safety check input $model=content_safety (" in refused
     assert "general" not in refused  # the input rail blocked before the main model
-    assert again.replace("from cache", "x").count("x, 0.0 ms") == 2 and again.count("asked the model") == 1
+    # Both checks from the cache (what a read took is the machine's business, not this test's).
+    assert len(re.findall(r"from cache, \d+\.\d ms", again)) == 2 and again.count("asked the model") == 1
     assert "general: asked the model" in again  # a hit turn costs the main call alone
     # The README shows the same output (timings aside).
     readme = (QUICKSTART / "README.md").read_text(encoding="utf-8")

@@ -21,7 +21,6 @@ import pytest
 
 from guardcache.server.cli import DEFAULT_PORT as SERVE_PORT
 from tests.integration.quickstart_support import (
-    ON_DEFAULT_PORTS,
     ROOT,
     Quickstart,
     emulator,
@@ -85,8 +84,7 @@ def test_every_python_snippet_compiles(snippet: Snippet) -> None:
 def started(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Quickstart]:
     """``guardcache emulate``, as the snippets expect it (on its default port when free)."""
     tmp = tmp_path_factory.mktemp("snippets")
-    qs = quickstart(tmp)
-    with emulator(qs, tmp / "emulate.log"):
+    with quickstart(tmp) as qs, emulator(qs, tmp / "emulate.log"):
         yield qs
 
 
@@ -97,7 +95,6 @@ def served(started: Quickstart, tmp_path_factory: pytest.TempPathFactory) -> Ite
         yield started
 
 
-@ON_DEFAULT_PORTS
 @pytest.mark.parametrize("snippet", RUNNABLE, ids=str)
 def test_the_snippet_runs(snippet: Snippet, request: pytest.FixtureRequest, tmp_path: Path) -> None:
     needs_server = f"127.0.0.1:{SERVE_PORT}" in snippet.code
