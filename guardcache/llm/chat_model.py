@@ -39,6 +39,13 @@ from guardcache.llm.types import ChatResult
 from guardcache.llm.wire import MAIN_LIMITS
 
 
+def message_text(message: BaseMessage) -> str:
+    """A message's text content blocks joined: ``message.text``, a string from langchain-core 1.0 on
+    and a method before it (0.3, which NeMo Guardrails installs too)."""
+    text = message.text
+    return text if isinstance(text, str) else str(text())
+
+
 def to_openai_messages(messages: Sequence[BaseMessage]) -> list[dict[str, str]]:
     """Convert LangChain messages to OpenAI chat messages with string content.
 
@@ -50,7 +57,7 @@ def to_openai_messages(messages: Sequence[BaseMessage]) -> list[dict[str, str]]:
     """
     converted: list[dict[str, str]] = []
     for message in messages:
-        text = str(message.text)
+        text = message_text(message)
         if isinstance(message, SystemMessage):
             converted.append({"role": "system", "content": text})
         elif isinstance(message, HumanMessage):
