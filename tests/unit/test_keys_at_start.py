@@ -6,7 +6,6 @@ happened, including an ``NVIDIA_API_KEY`` that is set but deliberately not sent 
 from __future__ import annotations
 
 import asyncio
-import itertools
 from typing import Any
 
 import pytest
@@ -122,31 +121,44 @@ def test_readiness_reasons() -> None:
     )
 
 
-def test_readiness_backs_off_while_failing_and_probes_slowly_when_healthy() -> None:
-    """The schedule: retry, doubling up to the interval while failing; the interval once ok."""
+def test_readiness_backs_off_while_failing_and_probes_slowly_when_healthy(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The schedule: retry, doubling up to the interval while failing; the interval once ok. The
+    waits the probing task asks for are recorded (and skipped), so no clock decides the outcome."""
 
-    async def scenario() -> list[float]:
-        times: list[float] = []
-        loop = asyncio.get_running_loop()
+    async def scenario() -> list[tuple[float, bool, dict[str, str]]]:
+        waits: list[tuple[float, bool, dict[str, str]]] = []  # (seconds, ok, results) at each wait
+        probes = 0
+        enough = asyncio.Event()
+        real_sleep = asyncio.sleep
 
         async def probe(deadline: float) -> None:
-            times.append(loop.time())
-            if len(times) <= 4:
+            nonlocal probes
+            probes += 1
+            if probes == 7:
+                enough.set()
+            if probes <= 4:
                 raise BackendConnectionError("down")
 
         readiness = Readiness({}, interval=0.4, retry=0.05, timeout=1.0)
         readiness.targets = [Target("c/main", "main model", None, probe)]
-        readiness.start()
-        await asyncio.sleep(0.05)
-        assert not readiness.ok and readiness.results == {"c/main": "unreachable (connection failed)"}
-        await asyncio.sleep(1.4)
-        assert readiness.ok and readiness.results == {"c/main": "ok"}
-        await readiness.stop()
-        return times
 
-    times = asyncio.run(scenario())
-    gaps = [b - a for a, b in itertools.pairwise(times)]
-    # failing: 0.05, 0.1, 0.2, 0.4 (capped); then ok: 0.4 between rounds
-    assert 0.04 <= gaps[0] < 0.09 and 0.09 <= gaps[1] < 0.16 and 0.19 <= gaps[2] < 0.3
-    assert 0.39 <= gaps[3] < 0.5
-    assert len(times) <= 7
+        async def recorded_sleep(delay: float, result: Any = None) -> Any:
+            if asyncio.current_task() is not readiness._task:
+                return await real_sleep(delay, result)
+            waits.append((delay, readiness.ok, dict(readiness.results)))
+            return await real_sleep(0, result)
+
+        monkeypatch.setattr(asyncio, "sleep", recorded_sleep)
+        readiness.start()
+        await asyncio.wait_for(enough.wait(), 30)
+        await readiness.stop()
+        return waits
+
+    waits = asyncio.run(scenario())
+    # failing: 0.05, 0.1, 0.2, 0.4 (capped); then ok: the interval, 0.4, between rounds
+    assert [delay for delay, _, _ in waits[:6]] == [0.05, 0.1, 0.2, 0.4, 0.4, 0.4]
+    down = {"c/main": "unreachable (connection failed)"}
+    assert [(ok, results) for _, ok, results in waits[:4]] == [(False, down)] * 4
+    assert [(ok, results) for _, ok, results in waits[4:6]] == [(True, {"c/main": "ok"})] * 2
