@@ -12,6 +12,7 @@ import asyncio
 import subprocess
 import sys
 import textwrap
+import time
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
@@ -118,7 +119,9 @@ def answer(rating: str = "safe") -> httpx2.Response:
     )
 
 
-def make_rail(handler: Callable[[httpx2.Request], Any], on_error: str = "block") -> Rail:
+def make_rail(
+    handler: Callable[[httpx2.Request], Any], on_error: str = "block", cache: LFUCache | None = None
+) -> Rail:
     ref = FlowRef.parse(FLOW)
     spec = KNOWN_FLOWS[ref.name]
     prompt = next(p for p in default_prompts() if p.base_task == "content_safety_check_input")
@@ -133,7 +136,7 @@ def make_rail(handler: Callable[[httpx2.Request], Any], on_error: str = "block")
         prompt=prompt,
         parser=parse_prompt_safety,
         client=client,
-        cache=LFUCache(64),
+        cache=LFUCache(64) if cache is None else cache,
         model_type="content_safety",
         model_name="m",
     )
@@ -215,17 +218,22 @@ async def test_a_cache_hit_is_a_rail_span_without_a_backend_call(spans: InMemory
 async def test_an_asker_joining_another_backend_call_gets_no_backend_child(
     spans: InMemorySpanExporter,
 ) -> None:
-    release = asyncio.Event()
+    arrived, release = asyncio.Event(), asyncio.Event()
 
     async def slow(request: httpx2.Request) -> httpx2.Response:
+        arrived.set()
         await release.wait()
         return answer("safe")
 
-    rail = make_rail(slow)
+    cache = LFUCache(64, track_stats=True)
+    rail = make_rail(slow, cache=cache)
     first = asyncio.create_task(turn(rail, f"same text {MARKER}"))
-    await asyncio.sleep(0.05)
+    await asyncio.wait_for(arrived.wait(), 10)  # the first turn's backend call is under way
     second = asyncio.create_task(turn(rail, f"same text {MARKER}"))
-    await asyncio.sleep(0.05)
+    deadline = time.monotonic() + 10
+    while cache.get_stats().coalesced < 1:  # until the second turn has joined it
+        assert time.monotonic() < deadline, cache.get_stats()
+        await asyncio.sleep(0.005)
     release.set()
     results = await asyncio.gather(first, second)
     assert [r.from_cache for r in results] == [False, True]
