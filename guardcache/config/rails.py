@@ -28,14 +28,13 @@ from guardcache.config.errors import FieldError, Loc, Problem, format_loc, from_
 from guardcache.config.fields import STRICT, PositiveFloat, PositiveInt, null_is_empty, reject_bool
 from guardcache.config.files import (
     ConfigFiles,
+    ConfigLimits,
+    ConfigReader,
     MergedSources,
     find_config_files,
     flow_base_name,
     listed_flows,
     merge_yaml,
-    parse_mapping,
-    parse_yaml,
-    read_text,
 )
 from guardcache.config.models import INLINE_KEY_ADVICE, ModelConfig
 from guardcache.config.nemo_compat import strip_unused_nemo_keys
@@ -186,24 +185,28 @@ class RailsConfig(BaseModel):
     sample_conversation: str | None = Field(default_factory=default_sample_conversation, repr=False)
 
     _source: str | None = PrivateAttr(default=None)
+    _loaded_bytes: int = PrivateAttr(default=0)
     _ignored: tuple[str, ...] = PrivateAttr(default=())
     _prompt_cache: dict[tuple[str, str | None], TaskPrompt] = PrivateAttr(default_factory=dict)
 
     @classmethod
-    def from_path(cls, path: str | os.PathLike[str]) -> RailsConfig:
+    def from_path(cls, path: str | os.PathLike[str], *, limits: ConfigLimits | None = None) -> RailsConfig:
         """Load a config folder, or a single YAML file.
 
         A folder is read as NeMo Guardrails reads it (``files``): every ``*.yml``/``*.yaml`` under it,
         subfolders included, merged as NeMo merges them, its ``.railsignore`` honoured. A Colang
         file NeMo would load refuses the config: guardcache does not run Colang, and a guard never
-        runs fewer rails than its config declares."""
-        files = find_config_files(path)
+        runs fewer rails than its config declares. ``limits`` bound what the load reads (the
+        defaults of :class:`~guardcache.config.files.ConfigLimits` unless given): a config over one
+        is a ``ConfigError`` before the expensive work, never a hang."""
+        reader = ConfigReader(limits)
+        files = find_config_files(path, reader)
         if files.colang:
-            raise ConfigError(colang_refusal(files))
-        sources = merge_yaml(files)
+            raise ConfigError(colang_refusal(files, reader.limits))
+        sources = merge_yaml(files, reader)
         _refuse_flows_of_skipped_colang(sources, files)
         unused = ["kb (knowledge-base documents)"] if files.knowledge_base else []
-        return cls._from_sources(sources, unused)
+        return cls._from_sources(sources, unused, reader)
 
     @classmethod
     def from_content(
@@ -213,24 +216,33 @@ class RailsConfig(BaseModel):
         *,
         source: str = "<string>",
         prompts_source: str = "<prompts>",
+        limits: ConfigLimits | None = None,
     ) -> RailsConfig:
         """Load from strings: ``yaml_content`` is a ``config.yml``; ``prompts`` is a ``prompts.yml``
         text, a YAML list of prompts, or a list of prompt mappings / ``TaskPrompt`` objects.
-        ``source`` and ``prompts_source`` name them in error messages."""
+        ``source`` and ``prompts_source`` name them in error messages. The texts are held to the
+        limits of files (``limits``, as :meth:`from_path`): a caller may pass text it did not write."""
+        reader = ConfigReader(limits)
         sources = MergedSources(source)
         if yaml_content is not None:
-            sources.add(parse_mapping(yaml_content, source), source)
+            sources.add(reader.parse_mapping(reader.text(yaml_content, source), source), source)
         if prompts is not None:
-            data = parse_yaml(prompts, prompts_source) if isinstance(prompts, str) else prompts
+            data = (
+                reader.parse_yaml(reader.text(prompts, prompts_source), prompts_source)
+                if isinstance(prompts, str)
+                else prompts
+            )
             if isinstance(data, list):
                 data = {"prompts": data}
             if data is not None and not isinstance(data, dict):
                 raise ConfigError(f"{prompts_source}: expected a list of prompts (got {show(data)})")
             sources.add(data or {}, prompts_source)
-        return cls._from_sources(sources, [])
+        return cls._from_sources(sources, [], reader)
 
     @classmethod
-    def _from_sources(cls, sources: MergedSources, also_ignored: list[str]) -> RailsConfig:
+    def _from_sources(
+        cls, sources: MergedSources, also_ignored: list[str], reader: ConfigReader
+    ) -> RailsConfig:
         version = sources.data.get("colang_version")
         if version is not None and str(version).strip() not in ("1.0", "1"):
             raise ConfigError(
@@ -246,6 +258,7 @@ class RailsConfig(BaseModel):
         except ValidationError as exc:
             raise from_validation_error(exc, cls, sources.file_of) from None
         config._source = sources.label
+        config._loaded_bytes = reader.bytes_read
         config._ignored = (*ignored, *also_ignored)
         if config._ignored:
             logger.warning(
@@ -434,6 +447,12 @@ class RailsConfig(BaseModel):
         return self._source
 
     @property
+    def loaded_bytes(self) -> int:
+        """The bytes of config text read to load this config (what ``ConfigLimits.total_bytes``
+        counts): ``guardcache serve`` adds them up over a folder of configs."""
+        return self._loaded_bytes
+
+    @property
     def ignored_keys(self) -> tuple[str, ...]:
         """NeMo settings (dotted paths), and a ``kb`` folder's documents, accepted but not used."""
         return self._ignored
@@ -521,13 +540,15 @@ class RailsConfig(BaseModel):
         )
 
 
-def colang_refusal(files: ConfigFiles) -> str:
+def colang_refusal(files: ConfigFiles, limits: ConfigLimits | None = None) -> str:
     """The load error for a config with Colang files NeMo would load: it names each file and the
-    flows it defines, and each flow the YAML lists that one of them defines."""
+    flows it defines, and each flow the YAML lists that one of them defines (its YAML read within
+    ``limits``)."""
     listed: list[str] = []
+    reader = ConfigReader(limits)
     for path in files.yaml:
         try:
-            data = parse_mapping(read_text(path), str(path))
+            data = reader.read_mapping(path)
         except ConfigError:  # the Colang refusal stands; this file's own error comes once it is gone
             continue
         for loc, flow in listed_flows(data):

@@ -25,6 +25,7 @@ import yaml
 
 from guardcache.checks.verdict import RailResult
 from guardcache.config import RailsConfig
+from guardcache.config.files import ConfigReader
 from guardcache.demo.turns import (
     PATHS,
     MainWork,
@@ -84,7 +85,7 @@ def demo_config(
     on (stats logged every ``log_interval`` seconds) or off, and the speculative main start on or
     off; nothing else changed."""
     path = CONFIG_DIR / "config.yml"
-    data: dict[str, Any] = yaml.safe_load(path.read_text(encoding="utf-8"))
+    data: dict[str, Any] = ConfigReader().read_mapping(path)
     if during_main:
         data["rails"]["input"]["during_main"] = True
     for model in data["models"]:
@@ -107,7 +108,7 @@ def demo_config(
 
 def emulator_configs(time_scale: float) -> dict[str, EmulatorConfig]:
     """One emulator per endpoint, each answering under its model's name."""
-    data: dict[str, Any] = yaml.safe_load((CONFIG_DIR / "config.yml").read_text(encoding="utf-8"))
+    data: dict[str, Any] = ConfigReader().read_mapping(CONFIG_DIR / "config.yml")
     names = {m["type"]: m["model"] for m in data["models"]}
     latency = LatencyConfig(time_scale=time_scale)
     return {e: EmulatorConfig(port=0, latency=latency, model=names[e]) for e in ENDPOINTS}

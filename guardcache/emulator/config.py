@@ -18,8 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal, get_args
 
-import yaml
-
+from guardcache.config.files import ConfigReader
 from guardcache.errors import ConfigError
 
 ReuseMode = Literal["early", "after_finish", "off"]
@@ -285,12 +284,14 @@ class EmulatorConfig:
 
     @classmethod
     def from_file(cls, path: str | Path) -> EmulatorConfig:
-        """Load a JSON or YAML file; every error names the file."""
+        """Load a JSON or YAML file; every error names the file. Read as guardcache reads its own
+        configs (``ConfigReader``: a bounded size, no FIFO, no alias bomb)."""
         path = Path(path)
+        reader = ConfigReader()
         try:
-            text = path.read_text(encoding="utf-8")
-            data = json.loads(text) if path.suffix == ".json" else yaml.safe_load(text)
-        except (OSError, ValueError, yaml.YAMLError) as exc:
+            text = reader.read_text(path)
+            data = json.loads(text) if path.suffix == ".json" else reader.parse_yaml(text, str(path))
+        except (ValueError, RecursionError) as exc:  # JSON (the reader's errors name the file)
             raise ConfigError(f"{path}: cannot read emulator config: {exc}") from exc
         try:
             return cls.from_dict(data or {}, source=str(path))

@@ -30,8 +30,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-import yaml
-
+from guardcache.config.files import ConfigReader
 from guardcache.errors import ConfigError
 
 DEFAULT_POLICY_RESOURCE = "default_policy.yml"
@@ -97,20 +96,23 @@ class Policy:
 
     @classmethod
     def from_file(cls, path: str | Path) -> Policy:
-        """Load a YAML or JSON policy; every error names the file."""
+        """Load a YAML or JSON policy; every error names the file. Read as guardcache reads its own
+        configs (``ConfigReader``: a bounded size, no FIFO, no alias bomb)."""
         path = Path(path)
         try:
-            text = path.read_text(encoding="utf-8")
-        except OSError as exc:
-            raise ConfigError(f"{path}: cannot read emulator policy: {exc}") from exc
+            text = ConfigReader().read_text(path)
+        except ConfigError as exc:
+            problem = str(exc).removeprefix(f"{path}: ")
+            raise ConfigError(f"{path}: cannot read emulator policy: {problem}") from exc
         return cls.from_text(text, source=str(path), is_json=path.suffix == ".json")
 
     @classmethod
     def from_text(cls, text: str, *, source: str, is_json: bool = False) -> Policy:
         try:
-            data = json.loads(text) if is_json else yaml.safe_load(text)
-        except (ValueError, yaml.YAMLError) as exc:
-            raise ConfigError(f"{source}: invalid policy syntax: {exc}") from exc
+            data = json.loads(text) if is_json else ConfigReader().parse_yaml(text, source)
+        except (ValueError, RecursionError, ConfigError) as exc:
+            problem = str(exc).removeprefix(f"{source}: ")
+            raise ConfigError(f"{source}: invalid policy syntax: {problem}") from exc
         return cls.from_mapping(data, source=source)
 
     @classmethod

@@ -5,10 +5,11 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import stat
 from dataclasses import dataclass
 from pathlib import Path
 
-from guardcache.config import RailsConfig
+from guardcache.config import DEFAULT_LIMITS, ConfigLimits, RailsConfig
 from guardcache.errors import ConfigError
 from guardcache.server.protocol import MAX_JSON_DEPTH
 
@@ -16,6 +17,9 @@ SETTINGS_ENV = "GUARDCACHE_SERVE_SETTINGS"
 """How worker processes (``--workers N``, started by uvicorn) receive the settings: one JSON value."""
 
 CONFIG_FILES = ("config.yml", "config.yaml")
+MAX_CONFIGS_BYTES = 64 * 1024 * 1024
+"""The most bytes of config files a folder of configs may hold together (each config also within its
+own ``ConfigLimits``): a folder of a thousand configs of 4 MB each is not a deployment."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -104,21 +108,38 @@ class ServeSettings:
         return key
 
 
-def load_configs(path: str | os.PathLike[str]) -> dict[str, RailsConfig]:
+def load_configs(
+    path: str | os.PathLike[str], *, limits: ConfigLimits | None = None
+) -> dict[str, RailsConfig]:
     """config id -> config. A file or a folder with a ``config.yml`` is one config (its id is the
-    folder's or file's name); a folder without one serves each subfolder that has one, by name."""
+    folder's or file's name); a folder without one serves each subfolder that has one, by name.
+
+    Bounded like every config load (``limits``; ``RailsConfig.from_path``): a folder of configs
+    lists at most ``limits.entries`` entries (counted while listing), and its configs together read
+    at most ``MAX_CONFIGS_BYTES``, so a shared folder cannot make serve hang or run out of memory."""
+    limits = limits if limits is not None else DEFAULT_LIMITS
     root = Path(path)
-    if not root.exists():
-        raise ConfigError(f"--config {path}: no such file or folder")
-    if root.is_file():
-        return {root.stem: RailsConfig.from_path(root)}
-    if any((root / name).is_file() for name in CONFIG_FILES):
-        return {root.resolve().name: RailsConfig.from_path(root)}
-    configs = {
-        sub.name: RailsConfig.from_path(sub)
-        for sub in sorted(root.iterdir())
-        if sub.is_dir() and any((sub / name).is_file() for name in CONFIG_FILES)
-    }
+    try:
+        mode = os.stat(root).st_mode
+    except FileNotFoundError:
+        raise ConfigError(f"--config {path}: no such file or folder") from None
+    except OSError as exc:
+        raise ConfigError(f"--config {path}: cannot read ({exc.strerror or exc})") from None
+    if not stat.S_ISDIR(mode):  # a file, or what from_path refuses by name (a FIFO, a device)
+        return {root.stem: RailsConfig.from_path(root, limits=limits)}
+    if any(os.path.lexists(root / name) for name in CONFIG_FILES):
+        return {root.resolve().name: RailsConfig.from_path(root, limits=limits)}
+    configs: dict[str, RailsConfig] = {}
+    total = 0
+    for sub in _config_folders(root, path, limits):
+        config = configs[sub.name] = RailsConfig.from_path(sub, limits=limits)
+        total += config.loaded_bytes
+        if total > MAX_CONFIGS_BYTES:
+            raise ConfigError(
+                f"--config {path}: its configs read more than {MAX_CONFIGS_BYTES // (1024 * 1024)} MB "
+                f"together ({total} bytes when {sub} was loaded; the limit for a folder of configs): "
+                "is this the right folder?"
+            )
     if not configs:
         raise ConfigError(
             f"--config {path}: no config.yml in the folder nor in any subfolder (a folder of configs "
@@ -127,4 +148,25 @@ def load_configs(path: str | os.PathLike[str]) -> dict[str, RailsConfig]:
     return configs
 
 
-__all__ = ["SETTINGS_ENV", "ServeSettings", "load_configs"]
+def _config_folders(root: Path, path: str | os.PathLike[str], limits: ConfigLimits) -> list[Path]:
+    """The subfolders of ``root`` that hold a config, by name; listed within ``limits.entries``
+    (counted while listing). A ``config.yml`` that is no file (a FIFO, a broken link) counts as
+    one: its load then says what it is, rather than the config silently not being served."""
+    found: list[Path] = []
+    try:
+        with os.scandir(root) as entries:
+            for n, entry in enumerate(entries, 1):
+                if n > limits.entries:
+                    raise ConfigError(
+                        f"--config {path}: more than {limits.entries} files and folders in the folder "
+                        "of configs (the limit for a config folder); is this the right folder?"
+                    )
+                sub = root / entry.name
+                if sub.is_dir() and any(os.path.lexists(sub / name) for name in CONFIG_FILES):
+                    found.append(sub)
+    except OSError as exc:
+        raise ConfigError(f"--config {path}: cannot list this folder ({exc.strerror or exc})") from None
+    return sorted(found, key=lambda p: p.name)
+
+
+__all__ = ["MAX_CONFIGS_BYTES", "SETTINGS_ENV", "ServeSettings", "load_configs"]

@@ -17,8 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from guardcache.config import RailsConfig
-from guardcache.config import files as config_files
+from guardcache.config import ConfigLimits, RailsConfig
 from guardcache.config.files import (
     MAX_DEPTH,
     MAX_ENTRIES,
@@ -334,7 +333,10 @@ def test_a_fifo_is_an_error_not_a_hang(tmp_path: Path) -> None:
     # Opening a FIFO for reading blocks until a writer comes: NeMo would hang here for ever.
     valid_folder(tmp_path)
     os.mkfifo(tmp_path / "x.yml")
-    assert refusal(tmp_path) == f"{tmp_path / 'x.yml'}: cannot read: a FIFO (named pipe), not a config file"
+    assert refusal(tmp_path) == (
+        f"{tmp_path / 'x.yml'}: a FIFO (named pipe) in a config folder, which holds files and folders "
+        "only (reading it would block or never end); remove it or keep the config elsewhere"
+    )
     assert refusal(tmp_path / "x.yml").startswith(f"{tmp_path / 'x.yml'}: a FIFO (named pipe), not a config")
 
 
@@ -385,17 +387,17 @@ def test_a_huge_file_is_refused_before_it_is_read(tmp_path: Path, monkeypatch: p
 
     monkeypatch.setattr(os, "open", no_open)
     assert refusal(tmp_path) == (
-        f"{huge}: 100 MB (104857600 bytes), over the 10 MB limit for a config file "
+        f"{huge}: 100 MB (104857600 bytes), over the 1 MB limit for a config file "
         "(config files are a few KB; is this the right file?)"
     )
-    assert MAX_FILE_BYTES == 10 * 1024 * 1024
+    assert MAX_FILE_BYTES == 1024 * 1024
 
 
 def test_a_file_at_the_limit_is_read_and_one_byte_more_is_not(tmp_path: Path) -> None:
     at_limit = write(tmp_path / "at.yml", "#" * (MAX_FILE_BYTES - 1) + "\n")
     assert len(read_text(at_limit)) == MAX_FILE_BYTES
     over = write(tmp_path / "over.yml", "#" * MAX_FILE_BYTES + "\n")
-    with pytest.raises(ConfigError, match=r"over\.yml: 10 MB \(10485761 bytes\), over the 10 MB limit"):
+    with pytest.raises(ConfigError, match=r"over\.yml: 1 MB \(1048577 bytes\), over the 1 MB limit"):
         read_text(over)
 
 
@@ -437,17 +439,18 @@ def test_a_folder_deeper_than_the_limit_is_an_error(tmp_path: Path) -> None:
     assert RailsConfig.from_path(tmp_path).model_types == ["main", "content_safety"]
 
 
-def test_a_folder_with_too_many_entries_is_an_error(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    assert MAX_ENTRIES == 10_000
-    monkeypatch.setattr(config_files, "MAX_ENTRIES", 50)
+def test_a_folder_with_too_many_entries_is_an_error(tmp_path: Path) -> None:
+    assert MAX_ENTRIES == 1_000
     valid_folder(tmp_path)
     for i in range(30):
         write(tmp_path / "a" / f"{i}.txt", "")
         write(tmp_path / "b" / f"{i}.txt", "")
-    assert refusal(tmp_path) == (
-        f"{tmp_path}: more than 50 files and folders under the config folder (while listing "
-        f"{tmp_path / 'b'}); is this the right folder? (NeMo Guardrails would walk them all: keep a "
-        "config in a folder of its own)"
+    with pytest.raises(ConfigError) as info:
+        RailsConfig.from_path(tmp_path, limits=ConfigLimits(entries=50))
+    assert str(info.value) == (
+        f"{tmp_path}: more than 50 files and folders under the config folder (the limit for a config "
+        f"folder, reached while listing {tmp_path / 'b'}); is this the right folder? (NeMo Guardrails "
+        "would walk them all: keep a config in a folder of its own)"
     )
 
 
