@@ -178,7 +178,8 @@ async def test_concurrent_askers_in_one_process_share_one_load(redis_server: Red
 
 
 async def test_two_tiers_share_one_backend_call_through_the_lease(redis_server: RedisServer) -> None:
-    a, b = make_tier(redis_server.url), make_tier(redis_server.url)
+    # b would give up on a's lease only after a minute: it ends by picking a's value up.
+    a, b = make_tier(redis_server.url, lease_ms=60_000), make_tier(redis_server.url, lease_ms=60_000)
     gate = asyncio.Event()
     backend = Backend(gate=gate)
     client = redis_server.client()
@@ -213,8 +214,11 @@ async def test_a_waiter_takes_over_a_lease_whose_holder_died(redis_server: Redis
         return verdict()
 
     # A "leader" that crashed after taking the lease: the lease exists, the value never comes.
-    client.set(lease_key, "dead-leader", px=300)
-    assert await asyncio.wait_for(tier.get_or_compute(KEY, compute), EVENTUALLY) == verdict()
+    client.set(lease_key, "dead-leader", px=600_000)
+    task = asyncio.create_task(tier.get_or_compute(KEY, compute))
+    assert await true_within(lambda: tier.tier_stats().lease_waits == 1)  # waiting on it ...
+    client.pexpire(lease_key, 1)  # ... when the dead leader's lease runs out
+    assert await asyncio.wait_for(task, EVENTUALLY) == verdict()
     # It waited for the dead leader's lease to expire, then computed under a lease of its own.
     assert len(leases_seen) == 1 and leases_seen[0] not in (None, b"dead-leader")
     stats = tier.tier_stats()
