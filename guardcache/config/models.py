@@ -12,10 +12,10 @@ The rest of ``parameters`` is parsed once, at validation (:mod:`guardcache.confi
 ``ModelConfig.transport`` (how to reach the server: what the client is built from) and
 ``ModelConfig.generation`` (the request body fields); nothing outside the config reads the dict.
 
-Every model but ``main`` gets a verdict cache unless its ``cache: {enabled: false}`` says otherwise
-(NeMo's default is off; guardcache exists to cache guard verdicts). ``main`` gets one only when its
-entry says ``cache: {enabled: true}``, and then only for checks that run on it (self check input and
-output without a model of their own); the main model's answers are never cached.
+Every model gets a verdict cache unless its ``cache: {enabled: false}`` says otherwise (NeMo's
+default is off; guardcache exists to cache guard verdicts). ``main``'s holds only the verdicts of the
+checks that run on it (self check input and output without a model of their own), and is built only
+when one does (``rails/caches.py``); the main model's answers are never cached.
 """
 
 from __future__ import annotations
@@ -317,7 +317,8 @@ def _env_bytes(name: str) -> bytes | None:
 class ModelCacheConfig(BaseModel):
     """The verdict cache of one model: on unless ``enabled: false`` (NeMo's default is off), stats on.
 
-    ``ModelConfig`` turns it off for the ``main`` model unless its entry says ``enabled: true``.
+    The ``main`` model's too: a self check run on it is a guard verdict like any other (its answers
+    are never cached: the cache only ever holds the verdicts of checks run on it).
     """
 
     model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
@@ -416,7 +417,7 @@ class ModelConfig(BaseModel):
 
     @model_validator(mode="before")
     @classmethod
-    def _nemo_model_name_and_default_cache(cls, data: Any) -> Any:
+    def _nemo_model_names(cls, data: Any) -> Any:
         if not isinstance(data, dict):
             return data
         if "api_key" in data:  # NeMo's Model has no such field: NeMo would ignore the key silently
@@ -429,11 +430,6 @@ class ModelConfig(BaseModel):
             if "model" in data:
                 raise FieldError("give the model name once, as `model`", ("model_name",))
             data = {k: v for k, v in data.items() if k != "model_name"} | {"model": data["model_name"]}
-        if data.get("type") == MAIN_MODEL_TYPE:
-            # The main model's cache is off unless asked for (its answers are never cached).
-            cache = {} if data.get("cache") is None else data["cache"]
-            if isinstance(cache, dict) and "enabled" not in cache:
-                data = {**data, "cache": {**cache, "enabled": False}}
         params = data.get("parameters")
         if isinstance(params, dict):
             # NeMo also takes the model name from parameters.model_name / parameters.model.

@@ -433,6 +433,17 @@ class RailsConfig(BaseModel):
             return None
         return ImageLimits(self.rails.max_image_bytes, self.rails.max_images)
 
+    def flows_on(self, model_type: str) -> list[str]:
+        """The flows (as written, input first) whose checks run on the model of ``model_type``:
+        what its verdict cache holds (for ``main``, the self checks that have no model of their
+        own; ``rails/caches.py`` builds ``main`` a cache only when there is one)."""
+        return [
+            ref.text
+            for group in (self.rails.input, self.rails.output)
+            for ref in group.flow_refs()
+            if self.model_type_for(ref) == model_type
+        ]
+
     def model_type_for(self, ref: FlowRef) -> str | None:
         """The model type a flow runs on: its ``$model=``, else the first configured of the types
         its spec names (``self check input``: ``self_check_input``, else ``main``)."""

@@ -9,11 +9,17 @@ secrets read from the environment when the cache is built (start-up), never from
 (``guardcache.config.redis_env``: the config boundary, where every such problem is a ``ConfigError``;
 nothing here raises one).
 
-Which models get one (``planned_caches``): every model but ``main`` unless its ``cache: {enabled:
-false}`` says otherwise (``ModelConfig`` resolves the default), and the JailbreakDetect NIM even
-without a ``jailbreak_detection`` model entry (it is a classifier endpoint in ``rails.config``, not a
-model; an entry of that type gives its cache other settings or turns it off). ``cache_summary`` is
-the start-up line that says what each model got.
+Which models get one (``planned_caches``): every model unless its ``cache: {enabled: false}`` says
+otherwise, and the JailbreakDetect NIM even without a ``jailbreak_detection`` model entry (it is a
+classifier endpoint in ``rails.config``, not a model; an entry of that type gives its cache other
+settings or turns it off). ``main`` is a guard model too when a check runs on it (NeMo's ``self check
+input``/``output`` without a ``self_check_*`` model: NeMo's getting-started configs and its LangChain
+guide do this), so it gets a cache then, on by default like every guard's: a repeated turn asks the
+main model for its answer only, never for the same self check again. Its cache holds those checks'
+verdicts only, under their own namespaces (the model, the flow and the prompt's template and
+settings, with the checked texts: the rendered prompt, exactly); the main model's answers are never
+cached. With no check on ``main`` nothing would ever be stored, so it gets none. ``cache_summary``
+is the start-up line that says what each model got.
 """
 
 from __future__ import annotations
@@ -40,16 +46,24 @@ class PlannedCache:
     settings: ModelCacheConfig
     model: ModelConfig | None  # None: the JailbreakDetect NIM without a model entry
     where: str  # "config.yml: models[1]", for errors
+    checks: tuple[str, ...] = ()  # main only: the flows whose verdicts its cache holds
 
 
 def planned_caches(config: RailsConfig) -> list[PlannedCache]:
     """Every model's cache settings in file order, then the JailbreakDetect NIM's when a rail uses
-    it and no ``jailbreak_detection`` model gives it settings of its own (the defaults: on)."""
+    it and no ``jailbreak_detection`` model gives it settings of its own (the defaults: on).
+    ``main``'s is off when no check runs on it (it would hold nothing: its answers are never
+    cached)."""
     source = config.source or "<config>"
-    plans = [
-        PlannedCache(model.type, model.cache, model, f"{source}: models[{i}]")
-        for i, model in enumerate(config.models)
-    ]
+    plans: list[PlannedCache] = []
+    for i, model in enumerate(config.models):
+        settings = model.cache
+        checks: tuple[str, ...] = ()
+        if model.type == MAIN_MODEL_TYPE:
+            checks = tuple(config.flows_on(MAIN_MODEL_TYPE))
+            if not checks and settings.enabled:
+                settings = settings.model_copy(update={"enabled": False})
+        plans.append(PlannedCache(model.type, settings, model, f"{source}: models[{i}]", checks))
     classifies = any(KNOWN_FLOWS[ref.name].backend == "classify" for ref in config.rails.input.flow_refs())
     if classifies and JAILBREAK_TYPE not in config.model_types:
         where = f"{source}: rails.config.jailbreak_detection"
@@ -73,7 +87,9 @@ def build_caches(config: RailsConfig) -> dict[str, CacheInterface]:
 
 def cache_summary(config: RailsConfig, caches: Mapping[str, CacheInterface]) -> str:
     """One line saying what each model's verdicts are cached in, e.g. ``guardcache caches:
-    content_safety (50000, memory), jailbreak_detection (50000, memory); main: not cached``."""
+    content_safety (50000, memory), jailbreak_detection (50000, memory); main: not cached``, or
+    with a self check on main, ``main (50000, memory; self check input verdicts only, never its
+    answers)``."""
     cached: list[str] = []
     uncached: list[str] = []
     plans = planned_caches(config)
@@ -83,7 +99,10 @@ def cache_summary(config: RailsConfig, caches: Mapping[str, CacheInterface]) -> 
             size += f", {plan.settings.policy}"
         if plan.model_type == MAIN_MODEL_TYPE:
             if plan.model_type in caches:
-                cached.append(f"main ({size}; checks run on main only, its answers are never cached)")
+                checks = ", ".join(plan.checks)
+                cached.append(f"main ({size}; {checks} verdicts only, never its answers)")
+            elif plan.checks:  # a check runs on main, and its entry turned the cache off
+                uncached.append("main: not cached (cache: {enabled: false})")
             else:
                 uncached.append("main: not cached")
         elif plan.model_type in caches:

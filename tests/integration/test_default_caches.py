@@ -6,8 +6,10 @@ against emulated NIMs over real HTTP and make no guard backend call on a repeate
   their caches; the main model answers every turn.
 - ``cache: {enabled: false}`` on a model (a ``jailbreak_detection`` entry for the NIM) turns its
   cache off: every turn calls it.
-- The main model's answers are never cached, also when a self check runs on it with a cache of its
-  own (then only the self check's verdicts are).
+- A self check run on ``main`` (NeMo's getting-started "input rails" config, its LangChain guide and
+  its tests' ``input_rails`` config all do this, with no ``cache:`` entry) is a guard verdict, cached
+  by default like any other: a repeated turn asks the main model for its answer only.
+  ``cache: {enabled: false}`` on ``main`` turns that off. The main model's answers are never cached.
 - One INFO line per LLMRails says what each model got.
 - NeMo's llama_guard example writes vLLM's placeholder key in the file (``api_key: EMPTY``): it is
   sent as the bearer token, and a key written so is never shown (logs, reprs, ``explain()``, errors).
@@ -135,58 +137,136 @@ async def test_cache_enabled_false_on_a_model_calls_it_on_every_turn(
 SELF_CHECK = """
 models:
   - type: main
-    engine: nim
-    model: meta/llama-3.1-8b-instruct
-    parameters: {base_url: http://localhost:8000/v1, max_tokens: 64}
+    engine: openai
+    model: gpt-3.5-turbo-instruct
 {cache}
+instructions:
+  - type: general
+    content: |
+      Below is a conversation between a user and a bot called the ABC Bot.
+      The bot is designed to answer employee questions about the ABC Company.
+
 rails:
-  input: {flows: [self check input]}
+  input:
+    flows:
+      - self check input
+{output}
 prompts:
   - task: self_check_input
     content: |
-      Your task is to check if the user message below complies with the company policy.
+      Your task is to check if the user message below complies with the company policy for talking
+      with the company bot.
 
       Company policy for the user messages:
       - should not contain harmful data
+      - should not ask the bot to impersonate someone
 
       User message: "{{ user_input }}"
 
       Question: Should the user message be blocked (Yes or No)?
       Answer:
+  - task: self_check_output
+    content: |
+      Your task is to check if the bot message below complies with the company policy.
+
+      Company policy for the bot:
+      - messages should not contain any explicit content
+
+      Bot message: "{{ bot_response }}"
+
+      Question: Should the message be blocked (Yes or No)?
+      Answer:
 """
+"""A config in the shape of NeMo's getting-started "input rails" config (and of its tests'
+``input_rails`` config): the self check runs on ``main``, and nothing says ``cache:``."""
+
+OUTPUT_RAILS = "  output:\n    flows:\n      - self check output\n"
+
+
+def self_check_config(cache: str = "", output: str = "") -> RailsConfig:
+    text = SELF_CHECK.replace("{cache}", cache).replace("{output}", output)
+    assert "cache" not in text or cache  # the point: no cache entry unless the test gives one
+    return RailsConfig.from_content(text, source="config.yml")
 
 
 @pytest.mark.parametrize(
-    ("cache", "main_calls", "line"),
+    ("cache", "repeat_calls", "line"),
     [
-        # No cache block: the main model is not cached, so its self check is not either.
-        ("", 4, "guardcache caches: none; main: not cached [<string>]"),
-        # Asked for: the self check's verdicts are cached (keyed by their own namespace), the
-        # main model's answers still never are.
+        # No cache entry: the self check's verdict is cached; a repeat asks only for the answer.
         (
-            "    cache: {enabled: true}",
-            3,
-            "guardcache caches: main (50000, memory; checks run on main only, its answers are never "
-            "cached) [<string>]",
+            "",
+            1,
+            "guardcache caches: main (50000, memory; self check input verdicts only, never its answers) "
+            "[config.yml]",
+        ),
+        # Turned off on main: every turn asks for the self check again, and for the answer.
+        (
+            "    cache: {enabled: false}",
+            2,
+            "guardcache caches: none; main: not cached (cache: {enabled: false}) [config.yml]",
         ),
     ],
+    ids=["no-cache-entry", "cache-off"],
 )
-async def test_the_main_model_answers_every_turn_and_is_cached_only_when_asked(
-    caplog: pytest.LogCaptureFixture, cache: str, main_calls: int, line: str
+async def test_a_self_check_on_main_is_cached_by_default_and_its_answers_never_are(
+    caplog: pytest.LogCaptureFixture, cache: str, repeat_calls: int, line: str
 ) -> None:
-    config = RailsConfig.from_content(SELF_CHECK.replace("{cache}", cache))
+    config = self_check_config(cache)
     async with emulated(config, time_scale=0) as (config, servers):
         with caplog.at_level(logging.INFO, logger=CACHES_LOGGER):
             rails = LLMRails(config)
-        first = await rails.generate_async("Hello there!")
-        second = await rails.generate_async("Hello there!")
-        assert first != REFUSAL and second != REFUSAL
-        # turn 1: self check + answer; turn 2: the answer again (and the self check if uncached)
-        assert servers["main"].stats().requests_total == main_calls
-        assert [c.task for c in rails.explain().llm_calls][-1] == "general"
-        assert not rails.explain().llm_calls[-1].from_cache  # the answer: never from a cache
+        first = await rails.generate_async(SAFE)
+        assert first != REFUSAL
+        assert servers["main"].stats().requests_total == 2  # the self check, then the answer
+        assert await rails.generate_async(SAFE) == first
+        assert servers["main"].stats().requests_total == 2 + repeat_calls
+        calls = [(call.task, call.from_cache) for call in rails.explain().llm_calls]
+        assert calls == [("self_check_input", repeat_calls == 1), ("general", False)]  # answers: never
+        if repeat_calls == 1:
+            stats = rails.model_caches["main"].get_stats()
+            assert (stats.hits, stats.misses, stats.current_size) == (1, 1, 1)
+            # Keyed by what the model judged: another message is another self check.
+            assert await rails.generate_async("Hi, what is the vacation policy?") != REFUSAL
+            assert servers["main"].stats().requests_total == 5
+        else:
+            assert "main" not in rails.model_caches
         await rails.aclose()
     assert cache_lines(caplog) == [line]
+
+
+async def test_self_check_input_and_output_on_main_leave_only_the_answer_on_a_repeated_turn(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    config = self_check_config(output=OUTPUT_RAILS)
+    async with emulated(config, time_scale=0) as (config, servers):
+        with caplog.at_level(logging.INFO, logger=CACHES_LOGGER):
+            rails = LLMRails(config)
+        for _ in range(3):
+            assert await rails.generate_async(SAFE) != REFUSAL
+        # turn 1: self check input, answer, self check output; turns 2 and 3: the answer only
+        assert servers["main"].stats().requests_total == 3 + 2
+        turn = rails.explain()
+        assert [(c.flow, c.from_cache) for c in (*turn.checks.input, *turn.checks.output)] == [
+            ("self check input", True),
+            ("self check output", True),
+        ]
+        assert rails.model_caches["main"].get_stats().current_size == 2  # two verdicts, no answer
+        await rails.aclose()
+    assert cache_lines(caplog) == [
+        "guardcache caches: main (50000, memory; self check input, self check output verdicts only, "
+        "never its answers) [config.yml]"
+    ]
+
+
+async def test_main_gets_no_cache_when_no_check_runs_on_it(caplog: pytest.LogCaptureFixture) -> None:
+    # Its answers are never cached, so a cache on a main model no check runs on would hold nothing:
+    # none is built, whatever its entry says.
+    text = "models:\n  - {type: main, engine: nim, model: m, cache: {enabled: true}}\n"
+    with caplog.at_level(logging.INFO, logger=CACHES_LOGGER):
+        rails = LLMRails(RailsConfig.from_content(text))
+    assert rails.model_caches == {}
+    assert cache_lines(caplog) == ["guardcache caches: none; main: not cached [<string>]"]
+    await rails.aclose()
 
 
 async def test_each_llmrails_logs_its_caches_once(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:

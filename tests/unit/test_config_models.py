@@ -119,17 +119,20 @@ def test_other_parameters_pass_through_untouched() -> None:
     assert one_model(body).parameters == {"temperature": 0, "top_p": 0.9, "x": [1]}
 
 
-def test_cache_is_on_by_default_but_for_main_and_accepts_the_capacity_per_model_alias() -> None:
-    # Used to be off by default (NeMo's default). A guard model's verdict cache is now on unless
-    # `cache: {enabled: false}`, with 50,000 entries and stats on; the main model's stays off
-    # unless its entry says `enabled: true` (its answers are never cached).
+def test_cache_is_on_by_default_for_every_model_and_accepts_the_capacity_per_model_alias() -> None:
+    # Used to be off by default (NeMo's default). A model's verdict cache is now on unless
+    # `cache: {enabled: false}`, with 50,000 entries and stats on. The main model's too (it was off
+    # unless asked for): it holds the verdicts of self checks run on main, never its answers, and
+    # is built only when such a check exists (rails/caches.py, tests/integration/test_default_caches.py).
     assert one_model("    engine: nim\n    model: m\n").cache == ModelCacheConfig()
     assert ModelCacheConfig().enabled is True and ModelCacheConfig().maxsize == 50000
     assert ModelCacheConfig().stats.enabled is True
     main = RailsConfig.from_content("models:\n  - {type: main, engine: nim, model: m}\n").model("main")
-    assert main.cache.enabled is False and main.cache.maxsize == 50000
+    assert main.cache == ModelCacheConfig()
     bare = "models:\n  - {type: main, engine: nim, model: m, cache: }\n"  # `cache:` with nothing after
-    assert RailsConfig.from_content(bare).model("main").cache.enabled is False
+    assert RailsConfig.from_content(bare).model("main").cache.enabled is True
+    off = "models:\n  - {type: main, engine: nim, model: m, cache: {enabled: false}}\n"
+    assert RailsConfig.from_content(off).model("main").cache.enabled is False
     off = one_model("    engine: nim\n    model: m\n    cache: {enabled: false}\n")
     assert off.cache.enabled is False
     model = one_model("    engine: nim\n    model: m\n    cache: {enabled: true, capacity_per_model: 7}\n")
