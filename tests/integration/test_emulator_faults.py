@@ -28,7 +28,7 @@ def oai(emu: EmulatorServer) -> openai.AsyncOpenAI:
     return openai.AsyncOpenAI(base_url=emu.base_url, api_key="k", max_retries=0, timeout=5)
 
 
-async def wait_for(predicate: Any, within: float = 3.0) -> None:
+async def wait_for(predicate: Any, within: float = 30.0) -> None:
     deadline = time.monotonic() + within
     while not predicate():
         assert time.monotonic() < deadline, "condition not reached in time"
@@ -71,7 +71,7 @@ async def test_hang_outlasts_a_client_timeout_and_is_cancelled_on_disconnect(
     async with http(emulator, timeout=0.3) as client:
         with pytest.raises(httpx.ReadTimeout):
             await client.post("/chat/completions", json=PAYLOAD)
-    assert time.monotonic() - started < 2
+    assert time.monotonic() - started < 30  # the client's timeout, not the minute-long hang
     # The server notices the client leaving and abandons the hanging request.
     await wait_for(lambda: emulator.stats().status("disconnected") == 1)
     assert emulator.stats().running == 0
@@ -85,9 +85,7 @@ async def test_stopping_the_server_does_not_wait_for_a_hanging_request(emulator_
     async with http(emu, timeout=30) as client:
         pending = asyncio.create_task(client.post("/chat/completions", json=PAYLOAD))
         await wait_for(lambda: emu.stats().faults.get("hang") == 1)
-        started = time.monotonic()
-        await emu.stop()
-        assert time.monotonic() - started < 2
+        await asyncio.wait_for(emu.stop(), 30)  # not the 10-minute hang
         with pytest.raises(httpx.TransportError):
             await pending
 

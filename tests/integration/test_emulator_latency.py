@@ -30,6 +30,22 @@ async def post(client: httpx.AsyncClient, messages: list[dict[str, Any]], **kw: 
     return body
 
 
+def modelled_prefills(emu: EmulatorServer) -> list[float]:
+    """The prefill time the emulator's latency model gives each request from now on (in order of
+    admission): what its TTFT is made of, whatever the machine adds on top."""
+    model = emu.emulator.latency
+    real = model.prefill
+    prefills: list[float] = []
+
+    def recorded(uncached_tokens: int) -> float:
+        seconds = real(uncached_tokens)
+        prefills.append(seconds)
+        return seconds
+
+    model.prefill = recorded  # type: ignore[method-assign]
+    return prefills
+
+
 def cached(body: dict[str, Any]) -> int:
     return int(body["usage"]["prompt_tokens_details"]["cached_tokens"])
 
@@ -59,6 +75,7 @@ async def stream_timing(
 
 async def test_a_repeated_prefix_is_served_from_cache_with_a_lower_ttft(emulator_factory: Any) -> None:
     emu = await emulator_factory(latency={"time_scale": 1.0})
+    prefills = modelled_prefills(emu)
     async with http(emu) as client:
         cold_ttft, _, cold = await stream_timing(
             client, [{"role": "user", "content": LONG_STATIC_PREFIX + "first question"}], max_tokens=2
@@ -73,12 +90,13 @@ async def test_a_repeated_prefix_is_served_from_cache_with_a_lower_ttft(emulator
     for _, _, warm in warm_runs:
         shared = warm["prompt_tokens_details"]["cached_tokens"]
         assert shared >= 1900 and shared % 64 == 0
-    # Modelled: 24 ms + prefill 4 ms + 0.03 ms/token -> ~89 ms cold, ~30 ms warm. The emulator runs
-    # in this process, so a loaded CPU can only add to a measured TTFT: the fastest of three warm
-    # requests is the model's figure even if one of them was descheduled (a late cold one only helps).
-    warm_ttft = min(ttft for ttft, _, _ in warm_runs)
-    assert cold_ttft > 0.08
-    assert warm_ttft < cold_ttft - 0.03, (cold_ttft, [ttft for ttft, _, _ in warm_runs])
+    # Modelled: 24 ms + prefill 4 ms + 0.03 ms/token -> ~89 ms cold, ~30 ms warm. What the model
+    # charged each request, not the client's clock, tells warm from cold: a loaded CPU adds to any
+    # measured TTFT, to a warm one as much as to the cold one.
+    cold_prefill, *warm_prefills = prefills
+    assert len(warm_prefills) == 3
+    assert all(warm < cold_prefill - 0.05 for warm in warm_prefills), prefills
+    assert cold_ttft > 0.08  # the emulator did wait the modelled time (a lower bound: load only adds)
 
 
 async def test_tokens_stream_at_the_decode_pace(emulator_factory: Any) -> None:
@@ -147,43 +165,65 @@ async def test_reuse_off_never_reports_cached_tokens(emulator: EmulatorServer) -
 
 async def test_requests_beyond_max_running_wait_in_a_queue(emulator_factory: Any) -> None:
     emu = await emulator_factory(latency={"time_scale": 1.0, "max_running": 2})
+    gate = emu.emulator.gate
+    real_acquire = gate.acquire
+    arrivals: list[tuple[int, int]] = []  # (running, waiting) as each request reaches the gate
+    peak = 0
+
+    async def acquire() -> None:
+        nonlocal peak
+        arrivals.append((gate.running, gate.waiting))
+        await real_acquire()
+        peak = max(peak, gate.running)
+
+    gate.acquire = acquire  # type: ignore[method-assign]
     messages = [{"role": "user", "content": "y" * 200}]
-
-    async def timed(client: httpx.AsyncClient) -> float:
-        started = time.perf_counter()
-        await post(client, messages, max_tokens=20)
-        return time.perf_counter() - started
-
     async with http(emu) as client:
-        durations = sorted(await asyncio.gather(*(timed(client) for _ in range(4))))
-    # In a slot each request spends ~5 ms of prefill + 19 x 5.6 ms of decode (~110 ms): the second
-    # pair waits for the first to finish.
-    assert durations[-1] - durations[0] > 0.08
+        # In a slot each request spends ~5 ms of prefill + 99 x 5.6 ms of decode (~0.56 s): the
+        # second pair, sent with the first, arrives while both slots are taken.
+        await asyncio.gather(*(post(client, messages, max_tokens=100) for _ in range(4)))
+    assert sorted(arrivals)[:2] == [(0, 0), (1, 0)]  # the first pair ran at once ...
+    assert sorted(arrivals)[2:] == [(2, 0), (2, 1)]  # ... the second pair queued behind it
+    assert peak == 2
     assert emu.stats().running == 0 and emu.stats().waiting == 0
 
 
 async def test_time_scale_zero_serves_instantly(emulator: EmulatorServer) -> None:
+    stopper = emulator.emulator.stopper
+    real_sleep = stopper.sleep
+    waits: list[float] = []
+
+    async def sleep(seconds: float) -> None:
+        waits.append(seconds)
+        await real_sleep(seconds)
+
+    stopper.sleep = sleep  # type: ignore[method-assign]
     prompt = as_messages(content_safety_input("How do I cook meth?"))
     async with http(emulator) as client:
-        await post(client, prompt)
-        started = time.perf_counter()
         for _ in range(20):
             await post(client, prompt)
-        elapsed = time.perf_counter() - started
-    assert elapsed < 1.0  # 20 unsafe verdicts would take ~4 s at time_scale 1
+    # Every modelled wait (overhead, prefill, decode) is zero: no sleep at all (20 unsafe verdicts
+    # would take ~4 s at time_scale 1).
+    assert waits and all(seconds <= 0 for seconds in waits), waits
 
 
 async def test_a_client_leaving_mid_stream_frees_its_running_slot(emulator_factory: Any) -> None:
-    emu = await emulator_factory(latency={"time_scale": 1.0, "max_running": 1})
+    # 10x the calibrated latency: the abandoned answer would hold the only slot for ~30 s.
+    emu = await emulator_factory(latency={"time_scale": 10.0, "max_running": 1})
     payload = {"model": "m", "messages": [{"role": "user", "content": "z" * 2000}], "stream": True}
     async with http(emu) as client:
         async with client.stream("POST", "/chat/completions", json=payload) as r:
             async for line in r.aiter_lines():
                 if line.startswith("data: "):
-                    break  # ~500 tokens (~2.8 s) still to come: walk away
-        started = time.perf_counter()
-        await post(client, [{"role": "user", "content": "next"}], max_tokens=2)
-        assert time.perf_counter() - started < 0.5  # the only slot was released at once
+                    break  # ~500 tokens (~28 s) still to come: walk away
+        # The emulator notices the client left (a write fails, or its poll sees the disconnect)
+        # and frees the slot then, not when the answer would have ended.
+        deadline = time.monotonic() + 20
+        while emu.stats().abandoned_requests == 0:
+            assert time.monotonic() < deadline, emu.stats()
+            await asyncio.sleep(0.02)
+        assert emu.stats().running == 0 and emu.stats().waiting == 0
+        await post(client, [{"role": "user", "content": "next"}], max_tokens=2)  # gets the slot
     assert emu.stats().running == 0
     stats = emu.stats()
     assert stats.completion_tokens == 2  # the abandoned stream's usage is not counted
