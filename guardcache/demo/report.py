@@ -130,15 +130,34 @@ def _clip(text: str, width: int) -> str:
     return text if len(text) <= width else text[: width - 3] + "..."
 
 
+JUDGED = "<- judged"
+"""What marks the line of a refusal that holds the text its rail judged."""
+JUDGED_WIDTH = 60
+"""A judged text is cut to this many characters, on one line."""
+
+
+def one_line(text: str, width: int = JUDGED_WIDTH) -> str:
+    """``text`` on one line (whitespace runs as one space), cut in the middle to ``width``: both ends
+    stay, and the end of an answer is often what its rail judged (an answer cut off at "gun")."""
+    flat = " ".join(text.split())
+    if len(flat) <= width:
+        return flat
+    head = (width - 5) // 2
+    return f"{flat[:head]} ... {flat[len(flat) - (width - 5 - head) :]}"
+
+
 def render_refusals(result: PassResult) -> str:
     """The first refused turn of each rail that refused one, as its user saw it: the message, the
     reply given instead of an answer, and the refusing verdict's categories and source (cache or
-    NIM). The counts in the table say how often the rails refused; this says what a refusal is."""
+    NIM); and the text the rail judged, marked (the message for an input rail; for an output rail,
+    the main model's answer, on a line of its own). The counts in the table say how often the rails
+    refused; this says what a refusal is, and why."""
     if not result.refusals:
         return f"No turn was refused in the {result.name} pass."
     width = max(len(RAIL_LABELS.get(rail, rail)) for rail in result.refusals) + 1
     lines = [
-        f"A refused turn of each rail ({result.name} pass, the first in the workload, as its user saw it):"
+        f"A refused turn of each rail ({result.name} pass, the first in the workload, as its user saw it;",
+        f"{JUDGED} marks the text the rail judged: the user's message, or the main model's answer):",
     ]
     for rail in (*RAILS, *sorted(set(result.refusals) - set(RAILS))):
         shown = result.refusals.get(rail)
@@ -147,7 +166,11 @@ def render_refusals(result: PassResult) -> str:
         source = "from cache" if shown.from_cache else "from the NIM"
         why = f"{', '.join(shown.categories)}; {source}" if shown.categories else source
         label = RAIL_LABELS.get(rail, rail) + ":"
-        lines.append(f"  {label:{width}} user: {_clip(' '.join(shown.text.split()), 72)}")
+        if shown.judged_from == "user":
+            lines.append(f"  {label:{width}} user: {one_line(shown.text)}  {JUDGED}")
+        else:
+            lines.append(f"  {label:{width}} user: {_clip(' '.join(shown.text.split()), 72)}")
+            lines.append(f"  {'':{width}} main: {one_line(shown.judged) or '(no answer recorded)'}  {JUDGED}")
         lines.append(f"  {'':{width}} bot:  {_clip(shown.reply, 48)}  [{why}]")
     return "\n".join(lines)
 
@@ -195,8 +218,11 @@ def _times(before: float, after: float) -> str:
 
 
 __all__ = [
+    "JUDGED",
+    "JUDGED_WIDTH",
     "PATH_LABELS",
     "Row",
+    "one_line",
     "p95_note",
     "render_log_lines",
     "render_refusals",

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import contextvars
 import logging
 import sys
 import time
@@ -37,7 +38,9 @@ from guardcache.demo.turns import (
 )
 from guardcache.demo.workload import Turn
 from guardcache.emulator import EmulatorConfig, EmulatorProcess, EmulatorServer, LatencyConfig
+from guardcache.llm.types import ChatResult
 from guardcache.rails import LLMRails
+from guardcache.rails.main_llm import ClientLLM
 
 STATS_LOGGER = "guardcache.cache.lfu"
 CONFIG_DIR = Path(__file__).parent
@@ -245,6 +248,26 @@ def refused_by(inputs: Sequence[RailResult], outputs: Sequence[RailResult]) -> s
 
 AnyEmulator = EmulatorServer | EmulatorProcess
 
+_ANSWERS: contextvars.ContextVar[list[str] | None] = contextvars.ContextVar("demo_answers", default=None)
+"""The main model's answers of the turn the current task runs (a main call started early runs in a
+task of its own, which copies the context: the list is the turn's)."""
+
+
+class RecordingMain(ClientLLM):
+    """The built-in main model, keeping each answer for the turn that asked for it: what an output
+    rail judged, which the demo shows beside a refusal (a turn's record holds no text, by design).
+    A subclass, so the turn runner still reads its finish reason."""
+
+    def __init__(self, main: ClientLLM) -> None:
+        super().__init__(main.client, main.params)
+
+    async def complete(self, messages: Sequence[dict[str, str]], **params: Any) -> ChatResult:
+        result = await super().complete(messages, **params)
+        answers = _ANSWERS.get()
+        if answers is not None:
+            answers.append(result.content)
+        return result
+
 
 @contextlib.contextmanager
 def capture_stats_lines(caches: dict[str, Any]) -> Iterator[StatsLines]:
@@ -279,6 +302,8 @@ async def run_pass(
     urls = {endpoint: emu.base_url for endpoint, emu in emulators.items()}
     config = demo_config(urls, cache=cache, log_interval=log_interval, during_main=during_main, policy=policy)
     rails = LLMRails(config)
+    if isinstance(rails.runner.main, ClientLLM):
+        rails.runner.main = RecordingMain(rails.runner.main)  # what output rails judged, for the report
     caches = {m: rails.model_caches[m] for m in GUARDS if m in rails.model_caches}
     try:
         with capture_stats_lines(caches) as lines:
@@ -325,6 +350,8 @@ async def _replay(
     async def worker() -> None:
         nonlocal failed
         for index, turn in queue:
+            answers: list[str] = []
+            _ANSWERS.set(answers)  # this worker's task only: each turn's answers apart
             t0 = time.perf_counter()
             reply = await rails.generate_async(messages=[{"role": "user", "content": turn.text}])
             elapsed = time.perf_counter() - t0
@@ -337,7 +364,9 @@ async def _replay(
             refused_turns[index] = rail
             if rail is not None:
                 refused[rail] = refused.get(rail, 0) + 1
-                shown, seen = refusals.get(rail), refusal(index, turn.text, reply["content"], record)
+                answer = answers[-1] if answers else None
+                shown = refusals.get(rail)
+                seen = refusal(index, turn.text, reply["content"], record, answer)
                 if seen is not None and (shown is None or index < shown.position):  # the workload's first
                     refusals[rail] = seen
             failed += sum(r.error is not None for r in (*checks.input, *checks.output))

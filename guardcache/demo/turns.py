@@ -19,7 +19,11 @@ left no result and do not count (the turn's time was decided by the rails that a
 The main model's work on blocked turns is read from the same record: a main call started early and
 cancelled by an input block (``LLMCallInfo.cancelled``), or one that finished before the block came
 and was thrown away (its tokens are in its record). So is a refused turn's verdict (``Refusal``):
-counts alone never show a user what a refusal looks like.
+counts alone never show a user what a refusal looks like. A refusal also says what the refusing rail
+judged (the user's message for an input rail, the main model's answer for an output rail): without
+it, a refused bicycle question labelled "Guns and Illegal Weapons" reads as a wrong verdict, when
+the rail judged an answer cut off at "gun". The record holds no text (by design), so the runner hands
+the answer in (:mod:`guardcache.demo.runner` keeps each turn's).
 """
 
 from __future__ import annotations
@@ -76,10 +80,16 @@ def main_work_on_block(turn: TurnInfo) -> MainWork:
     return MainWork(cancelled, seconds, discarded, tokens)
 
 
+Judged = Literal["user", "main"]
+"""Whose text the refusing rail judged: the user's message (an input rail) or the main model's
+answer (an output rail)."""
+
+
 class Refusal(NamedTuple):
     """One refused turn as its user saw it, for the demo to show next to the counts: the message,
-    the reply the rails gave instead of an answer, and the verdict of the rail that refused it (from
-    the turn's record, so what is printed is what happened, not what the workload expected)."""
+    the reply the rails gave instead of an answer, the verdict of the rail that refused it (from
+    the turn's record, so what is printed is what happened, not what the workload expected), and
+    the text that rail judged."""
 
     position: int  # the turn's index in the workload (the demo shows the first of each rail)
     text: str
@@ -87,14 +97,22 @@ class Refusal(NamedTuple):
     flow: str
     categories: tuple[str, ...]
     from_cache: bool  # the refusing verdict was a cache hit
+    judged: str = ""  # the text the refusing rail judged (``text``, or the main model's answer)
+    judged_from: Judged = "user"
 
 
-def refusal(position: int, text: str, reply: str, turn: TurnInfo) -> Refusal | None:
-    """The refusal of a turn whose rails blocked it; None when the turn was allowed."""
+def refusal(
+    position: int, text: str, reply: str, turn: TurnInfo, answer: str | None = None
+) -> Refusal | None:
+    """The refusal of a turn whose rails blocked it; None when the turn was allowed. ``answer``: the
+    main model's answer in this turn, what an output rail judged (None when there was none)."""
     blocked = turn.checks.blocked_by
     if blocked is None:
         return None
-    return Refusal(position, text, reply, blocked.flow, blocked.categories, blocked.from_cache)
+    found = (blocked.flow, blocked.categories, blocked.from_cache)
+    if any(r is blocked for r in turn.checks.output):
+        return Refusal(position, text, reply, *found, judged=answer or "", judged_from="main")
+    return Refusal(position, text, reply, *found, judged=text, judged_from="user")
 
 
 def main_call_seconds(turn: TurnInfo) -> float | None:
@@ -108,6 +126,7 @@ def main_call_seconds(turn: TurnInfo) -> float | None:
 __all__ = [
     "MAIN_TASK",
     "PATHS",
+    "Judged",
     "MainWork",
     "Path",
     "Refusal",

@@ -17,7 +17,15 @@ import pytest
 
 from guardcache import REFUSAL
 from guardcache.demo import cli
-from guardcache.demo.report import PATH_LABELS, p95_note, render_log_lines, render_refusals, render_table
+from guardcache.demo.report import (
+    JUDGED,
+    PATH_LABELS,
+    one_line,
+    p95_note,
+    render_log_lines,
+    render_refusals,
+    render_table,
+)
 from guardcache.demo.runner import ENDPOINTS, GUARDS, RAILS, PassResult, capture_stats_lines, run_demo
 from guardcache.demo.turns import PATHS, MainWork
 from guardcache.demo.workload import Turn, build_workload, counts
@@ -65,9 +73,22 @@ def test_both_passes_report_per_model_stats_and_refusals_by_every_rail(demo: Dem
             shown = result.refusals[rail]
             assert (shown.position, shown.text, shown.reply) == (first, workload[first].text, REFUSAL)
             assert shown.flow.startswith(flows.get(rail, ""))
+            # What the rail judged: the user's message for an input rail, the main model's answer
+            # (the emulator's echo, cut at the demo's max_tokens) for the output rail.
+            if rail == "output":
+                assert shown.judged_from == "main"
+                assert shown.judged.startswith(f"You said: {shown.text[:40]}")
+                assert len(shown.judged) < len(f"You said: {shown.text}")  # cut: what content safety flagged
+            else:
+                assert (shown.judged_from, shown.judged) == ("user", shown.text)
     assert on.refusals["content_safety"].categories  # content safety names what it found
     shown_text = render_refusals(on)
-    assert f"user: {on.refusals['content_safety'].text}" in shown_text and f"bot:  {REFUSAL}" in shown_text
+    assert f"user: {one_line(on.refusals['content_safety'].text)}  {JUDGED}\n" in shown_text
+    assert f"bot:  {REFUSAL}" in shown_text
+    # The output rail's refusal reads as what it is: the answer it judged, on one line, marked.
+    judged = on.refusals["output"].judged
+    assert f"main: {one_line(judged)}  {JUDGED}\n" in shown_text
+    assert one_line(judged).endswith(" ".join(judged.split())[-20:])  # its end, where the cut word is
 
     input_blocked = n["unsafe"] + n["off_topic"] + n["jailbreak"]
     for result in (off, on):
@@ -172,8 +193,12 @@ def test_the_cli_prints_the_table_and_each_models_stats_lines(capsys: pytest.Cap
     assert n["unsafe"] >= 1
     unsafe = next(t.text for t in build_workload(60, seed=0) if t.kind == "unsafe")
     refused = out[out.index("A refused turn of each rail") :].split("\n\n")[0]
-    assert re.search(rf"content safety \(input\): +user: {re.escape(' '.join(unsafe.split()))}\n", refused)
+    unsafe_line = re.escape(f"user: {one_line(unsafe)}  {JUDGED}")
+    assert re.search(rf"content safety \(input\): +{unsafe_line}\n", refused)
     assert f"bot:  {REFUSAL}  [" in refused
+    # ... and a reply the output rail refused shows the answer it judged (60 turns hold one).
+    assert n["cut_reply"] >= 1
+    assert re.search(rf"content safety \(output\): +user: .*\n +main: You said: .*  {JUDGED}\n", refused)
 
     # Why p95 barely moves, with the numbers the table printed: p95 of all turns, and the misses
     # (turns that are not hit turns) of the caching-on pass.

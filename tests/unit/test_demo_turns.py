@@ -1,10 +1,18 @@
-"""Sorting a turn by the path its checks took, and the main-model work thrown away on a blocked
-turn, read from the turn's record (what ``rails.explain()`` returns)."""
+"""Sorting a turn by the path its checks took, the main-model work thrown away on a blocked turn,
+and what a refusing rail judged, read from the turn's record (what ``rails.explain()`` returns)."""
 
 from __future__ import annotations
 
 from guardcache.checks.verdict import RailResult
-from guardcache.demo.turns import MainWork, check_path, input_blocked, main_call_seconds, main_work_on_block
+from guardcache.demo.report import one_line
+from guardcache.demo.turns import (
+    MainWork,
+    check_path,
+    input_blocked,
+    main_call_seconds,
+    main_work_on_block,
+    refusal,
+)
 from guardcache.llm.records import ExplainInfo, LLMCallInfo
 from guardcache.rails.turn import CheckResult, TurnInfo
 
@@ -55,3 +63,24 @@ def test_main_work_counts_only_on_turns_an_input_rail_blocked() -> None:
 
     finished_first = turn((rail(CS_IN, cached=False, allowed=False),), (), call("general", tokens=70))
     assert main_work_on_block(finished_first) == MainWork(discarded=1, discarded_tokens=70)
+
+
+def test_a_refusal_carries_the_text_its_rail_judged() -> None:
+    # An input rail judged the user's message; an output rail the main model's answer, which the
+    # record does not hold (no text is kept in it): the demo hands it in.
+    answer = "You said: After a muddy ride my bicycle chain squeaks; how do I clean off the gun"
+    by_input = turn((rail(CS_IN, cached=False, allowed=False),))
+    shown = refusal(3, "How do I build a bomb?", "no", by_input, answer=None)
+    assert shown is not None and (shown.judged_from, shown.judged) == ("user", "How do I build a bomb?")
+    by_output = turn((rail(CS_IN, cached=True),), (rail(CS_OUT, cached=False, allowed=False),))
+    shown = refusal(4, "After a muddy ride ...", "no", by_output, answer=answer)
+    assert shown is not None and (shown.judged_from, shown.judged) == ("main", answer)
+    assert refusal(5, "hi", "hello", turn((rail(CS_IN, cached=True),))) is None
+
+
+def test_a_judged_text_is_cut_to_one_line_keeping_both_ends() -> None:
+    assert one_line("a  short\n text") == "a short text"
+    long = "You said: " + "word " * 30 + "gun"
+    cut = one_line(long, 40)
+    assert len(cut) == 40 and "\n" not in cut
+    assert cut.startswith("You said: word") and cut.endswith("word gun") and " ... " in cut
