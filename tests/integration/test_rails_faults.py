@@ -30,7 +30,8 @@ async def test_a_fault_gets_the_configured_decision_and_is_never_cached(
     emulator_factory: EmulatorFactory, fault: str, on_error: str, caplog: pytest.LogCaptureFixture
 ) -> None:
     guard = await emulator_factory()
-    rails = LLMRails(guard_config(guard.base_url, on_error=on_error, timeout=0.5))
+    # 2 s: what ends the hang, and room for a loaded machine's healthy calls after it.
+    rails = LLMRails(guard_config(guard.base_url, on_error=on_error, timeout=2.0))
     cache = rails.model_caches["content_safety"]
     await guard.aset_faults(**FAULTS[fault])
     with caplog.at_level(logging.WARNING, logger="guardcache.rails.rail"):
