@@ -182,7 +182,7 @@ rails:
     return folder
 
 
-async def until(condition: Callable[[], bool], within: float = 10.0) -> None:
+async def until(condition: Callable[[], bool], within: float = 30.0) -> None:
     deadline = time.monotonic() + within
     while not condition():
         assert time.monotonic() < deadline, "the condition did not hold in time"
@@ -232,7 +232,7 @@ async def scrape(
 ) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
     """``/metrics`` once ``turns`` turns were counted (a stream's turn is counted as its answer
     closes, which may be a moment after the client read the last byte)."""
-    deadline = time.monotonic() + 10
+    deadline = time.monotonic() + 30
     while True:
         scraped = metrics((await client.get(f"{url}/metrics")).text)
         if sample(scraped, "guardcache_turn_seconds_count") >= turns or time.monotonic() > deadline:

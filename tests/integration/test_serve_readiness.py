@@ -65,7 +65,7 @@ def ready(server: Any) -> httpx.Response:
     return support.LOOPBACK.get(f"{server.url}/health/ready", timeout=5)
 
 
-def wait_for(server: Any, status: int, within: float = 15.0) -> dict[str, Any]:
+def wait_for(server: Any, status: int, within: float = 30.0) -> dict[str, Any]:
     """The body of ``/health/ready`` once it answers ``status`` (past the start-up's 'starting')."""
     deadline = time.monotonic() + within
     while True:
@@ -133,8 +133,10 @@ def test_probes_run_in_the_background_never_as_turns_nor_through_the_caches(
     serve: Any, tmp_path: Path
 ) -> None:
     with emulator(model=MAIN_MODEL) as main, emulator() as guard:
-        server = serve(write_config(tmp_path / "c", main.base_url, guard.base_url), *FAST)
-        deadline = time.monotonic() + 10
+        # FAST, but a probe may take 30 s: were the route to wait for one, it would time out.
+        schedule = ("--ready-interval", "0.3", "--ready-retry", "0.05", "--ready-timeout", "30")
+        server = serve(write_config(tmp_path / "c", main.base_url, guard.base_url), *schedule)
+        deadline = time.monotonic() + 30
         while guard.stats().requests_by_endpoint.get("chat.completions", 0) < 6:  # >= 3 rounds x 2 rails
             assert time.monotonic() < deadline, guard.stats()
             time.sleep(0.05)
@@ -144,12 +146,17 @@ def test_probes_run_in_the_background_never_as_turns_nor_through_the_caches(
         for field in ("hits", "misses", "puts"):
             assert sample(metrics, f"guardcache_cache_{field}_total", config="c") == 0, field
         assert sample(metrics, "guardcache_cache_current_size", config="c") == 0
-        # The route reads the cached result: a guard that hangs now does not hold it up.
-        guard.set_faults(hang_rate=1.0, hang_seconds=5.0)
-        started = time.monotonic()
+        # The route reads the cached result: a guard that hangs now does not hold it up. Each probe
+        # round from now on hangs (up to the 30 s probe timeout); each answer of the route comes
+        # within ready()'s 5 s read timeout all the same.
+        guard.set_faults(hang_rate=1.0, hang_seconds=60.0)
+        hung = guard.stats().faults.get("hang", 0)
+        deadline = time.monotonic() + 30
+        while guard.stats().faults.get("hang", 0) == hung:  # a probe round is hanging
+            assert time.monotonic() < deadline, guard.stats()
+            time.sleep(0.05)
         for _ in range(5):
             assert ready(server).status_code in (200, 503)
-        assert time.monotonic() - started < 1.0
         guard.set_faults(hang_rate=0.0)
 
 

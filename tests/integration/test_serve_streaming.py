@@ -45,11 +45,11 @@ def windows(chunk: int = 4, context: int = 2, first: bool = False) -> str:
 
 @contextlib.contextmanager
 def slow_windowed_server(
-    serve: Any, tmp_path: Path, *, max_tokens: int
+    serve: Any, tmp_path: Path, *, max_tokens: int, time_scale: float = 6.0
 ) -> Iterator[tuple[ServeProcess, ThreadedEmulator]]:
-    """A server whose main model streams at 6x its calibrated latency (~34 ms a token), the answer
-    checked in windows of two tokens; yields it and the main model's emulator."""
-    with emulator(model=MAIN_MODEL, time_scale=6.0) as main, emulator() as guard:
+    """A server whose main model streams at ``time_scale`` x its calibrated latency (6: ~34 ms a
+    token), the answer checked in windows of two tokens; yields it and the main model's emulator."""
+    with emulator(model=MAIN_MODEL, time_scale=time_scale) as main, emulator() as guard:
         config = write_config(
             tmp_path / "w",
             main.base_url,
@@ -269,8 +269,9 @@ async def test_stream_async_in_python_with_a_langchain_main_model_and_closing_ea
 async def test_a_client_that_leaves_mid_stream_cancels_the_turn_and_its_main_call(
     serve: Any, tmp_path: Path
 ) -> None:
-    # A long answer streamed window by window; the client reads the first piece and hangs up.
-    with slow_windowed_server(serve, tmp_path, max_tokens=200) as (server, main):
+    # A long answer (~170 ms a token: 200 tokens take ~34 s) streamed window by window; the client
+    # reads the first piece and hangs up.
+    with slow_windowed_server(serve, tmp_path, max_tokens=200, time_scale=30.0) as (server, main):
         body = {"messages": [{"role": "user", "content": SAFE}], "stream": True}
         url = f"{server.url}/v1/chat/completions"
         async with httpx.AsyncClient(timeout=30) as client, client.stream("POST", url, json=body) as response:
@@ -278,7 +279,7 @@ async def test_a_client_that_leaves_mid_stream_cancels_the_turn_and_its_main_cal
             first = await anext(response.aiter_bytes())
             assert first.startswith(b"data: ")
         # leaving the block closed the connection before the answer ended
-        await until(lambda: main.stats().abandoned_requests == 1, within=15)
+        await until(lambda: main.stats().abandoned_requests == 1, within=30)
         stats = main.stats()  # the main call was cancelled long before its 200 tokens
         assert stats.abandoned_requests == 1 and stats.abandoned_completion_tokens < 100
         metrics = server.metrics()
