@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import gc
 import re
+import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -39,12 +40,15 @@ class FakeLLM(GenericFakeChatModel):
     """Answers ``reply`` (None: ``"You said: "`` + the last message), streamed word by word.
 
     Counts its calls (``calls``), keeps the messages of each (``seen``) and the most calls it ran
-    at once (``peak``; each async call takes ``delay_s``).
+    at once (``peak``; each async call takes ``delay_s``, and first waits, up to 10 s, until
+    ``peak`` has reached ``wait_for_peak``: calls that can overlap then do, however slowly the
+    machine runs what comes between them).
     """
 
     messages: Iterator[AIMessage | str] = Field(default_factory=lambda: iter(()))
     reply: str | None = ANSWER
     delay_s: float = 0.0
+    wait_for_peak: int = 0
     calls: int = 0
     seen: list[list[BaseMessage]] = Field(default_factory=list)
     running: int = 0
@@ -64,6 +68,9 @@ class FakeLLM(GenericFakeChatModel):
         self.running += 1
         self.peak = max(self.peak, self.running)
         try:
+            deadline = time.monotonic() + 10
+            while self.peak < self.wait_for_peak and time.monotonic() < deadline:  # noqa: ASYNC110
+                await asyncio.sleep(0.005)
             if self.delay_s:
                 await asyncio.sleep(self.delay_s)
             return self._generate(messages)
@@ -283,7 +290,7 @@ async def test_astream_yields_the_answer_in_pieces_and_a_blocked_input_only_the_
 async def test_abatch_of_safe_and_unsafe_inputs_answers_each_in_order_with_bounded_concurrency(
     emulator: EmulatorServer,
 ) -> None:
-    llm = FakeLLM(reply=None, delay_s=0.05)  # echoes: each answer names its input
+    llm = FakeLLM(reply=None, wait_for_peak=2)  # echoes: each answer names its input
     chain = RunnableRails(guard_config(emulator.base_url)) | llm
     inputs = [f"{SAFE} #{i}" if i % 3 else f"{UNSAFE} #{i}" for i in range(9)]
     results = await chain.abatch(inputs, {"max_concurrency": 2})
