@@ -17,11 +17,18 @@ from pathlib import Path
 
 import pytest
 from hypothesis import settings
+from hypothesis.database import InMemoryExampleDatabase
 
 pytest_plugins = ["guardcache.testing.pytest_plugin", "pytester"]  # pytester: in-process pytest runs
 
+ROOT = Path(__file__).resolve().parents[1]
+
 settings.register_profile("ci", derandomize=True, deadline=None, print_blob=True)
-settings.register_profile("dev", deadline=None)
+# hypothesis keeps found examples in .hypothesis/ of the working folder: a read-only checkout keeps
+# them in memory instead (said here once, rather than hypothesis's warning per test).
+settings.register_profile(
+    "dev", deadline=None, **({} if os.access(ROOT, os.W_OK) else {"database": InMemoryExampleDatabase()})
+)
 settings.load_profile("ci" if os.environ.get("CI") else "dev")
 
 INTEGRATION = Path(__file__).parent / "integration"
