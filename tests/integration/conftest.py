@@ -7,9 +7,9 @@ way an app enables them for its own tests; every test here is marked ``integrati
 The scripted-server fixtures below serve the transport contract, the hostile-network tests and the
 rails' "no verdict" tests (tests/transport_support.py has the servers).
 
-Under pytest-xdist (``.ci/run``: ``-n 2 --dist loadgroup``) a session-scoped fixture is set up once
-per worker; the tests that use the plugin's Redis Cluster or its Sentinel set (six redis processes
-each, ~2 s to start) are put in one group per set, so each set starts once per run, not per worker.
+Under pytest-xdist (``.ci/run``: ``-n 2``) a session-scoped fixture is set up once per worker that
+uses it (the plugin's Redis Cluster and Sentinel set, ~2 s each): no test relies on which worker runs
+it, or with whom.
 """
 
 from __future__ import annotations
@@ -28,21 +28,6 @@ from tests.transport_support import (
     Step,
     new_pool,
 )
-
-SESSION_SETS = {"_redis_cluster_of_session": "redis_cluster", "_redis_sentinel_of_session": "redis_sentinel"}
-"""The plugin's session-scoped server sets, and the xdist group of the tests that use each."""
-
-
-@pytest.hookimpl(tryfirst=True)  # before pytest-xdist's own hook reads the groups
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    for item in items:
-        if item.get_closest_marker("xdist_group") is not None:
-            continue  # a group of its own already
-        used = [
-            group for fixture, group in SESSION_SETS.items() if fixture in getattr(item, "fixturenames", ())
-        ]
-        if used:
-            item.add_marker(pytest.mark.xdist_group(used[0]))
 
 
 @pytest.fixture

@@ -30,8 +30,7 @@ from guardcache.demo.runner import ENDPOINTS, GUARDS, RAILS, PassResult, capture
 from guardcache.demo.turns import PATHS, MainWork
 from guardcache.demo.workload import Turn, build_workload, counts
 
-# One worker under pytest-xdist (.ci/run): the module's demo run (``demo``) happens once, not per worker.
-pytestmark = [pytest.mark.integration, pytest.mark.xdist_group("test_demo")]
+pytestmark = pytest.mark.integration
 
 STATS_LINE = re.compile(
     r"LFU Cache Statistics - Size: \d+/10000 \| Hits: \d+ \| Misses: \d+ \| Hit Rate: \d+\.\d\d% \| "

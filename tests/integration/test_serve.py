@@ -30,8 +30,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from guardcache.emulator import EmulatorConfig, EmulatorServer, LatencyConfig, ThreadedEmulator
 from guardcache.rails import REFUSAL
 
-# One worker under pytest-xdist (.ci/run): the module's server and NIMs are started once, not per worker.
-pytestmark = [pytest.mark.integration, pytest.mark.xdist_group("test_serve")]
+pytestmark = pytest.mark.integration
 
 REPO = Path(__file__).resolve().parents[2]
 MAIN_MODEL = "meta/llama-3.1-8b-instruct"

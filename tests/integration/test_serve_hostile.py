@@ -28,8 +28,7 @@ from tests.integration.test_speculation import until
 serve = support.serve  # the fixtures
 nims = support.nims
 
-# One worker under pytest-xdist (.ci/run): the two servers (one per parser) are started once, not per worker.
-pytestmark = [pytest.mark.integration, pytest.mark.xdist_group("test_serve_hostile")]
+pytestmark = pytest.mark.integration
 
 # The keep-alive timeout is far below the head timeout, so which one closed an idle connection
 # shows even on a loaded machine.

@@ -19,8 +19,7 @@ from guardcache.rails import REFUSAL
 from tests.integration import test_serve as support
 from tests.integration.test_serve import MAIN_MODEL, ServeProcess
 
-# One worker under pytest-xdist (.ci/run): the module's server and NIMs are started once, not per worker.
-pytestmark = [pytest.mark.integration, pytest.mark.xdist_group("test_serve_langchain")]
+pytestmark = pytest.mark.integration
 
 # The emulated NIMs and the server: test_serve.py's module fixtures (a fresh pair for this module).
 nims = support.nims
