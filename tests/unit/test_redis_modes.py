@@ -13,6 +13,7 @@ from redis.asyncio.sentinel import SentinelConnectionPool, SentinelManagedSSLCon
 
 from guardcache.cache.redis import RedisEndpoint, RedisSettings, TieredCache
 from guardcache.cache.redis.clients import async_connection
+from guardcache.cache.redis.connecting import is_off_path
 from guardcache.config import RailsConfig
 from guardcache.config.redis_env import redis_endpoint, redis_settings
 from guardcache.errors import ConfigError
@@ -226,10 +227,15 @@ def test_the_endpoint_checks_itself_and_settings_take_a_url_or_an_endpoint() -> 
 async def test_each_mode_gets_its_client_with_tls_and_credentials_without_connecting(tmp_path: Path) -> None:
     ca = str(tmp_path / "ca.pem")
     login = {"username": "u", "password": "p", "tls_ca_file": ca}
-    one = async_connection(RedisEndpoint(urls=("rediss://h:1/0",), **login), pool_size=3, timeout=0.2)
+    one = async_connection(
+        RedisEndpoint(urls=("rediss://h:1/0",), **login), pool_size=3, timeout=0.2, connect_timeout=0.7
+    )
     pool = one.client.connection_pool
     assert one.gate is None and one.one_node and isinstance(pool, BlockingConnectionPool)
-    assert pool.connection_class is SSLConnection and pool.max_connections == 3
+    # connections are set up off the operations' path, within the connect timeout
+    assert is_off_path(pool.connection_class) and issubclass(pool.connection_class, SSLConnection)
+    assert pool.max_connections == 3 and pool.connection_kwargs["socket_connect_timeout"] == 0.7
+    assert one.setups.timeout_s == 0.7
     assert {k: pool.connection_kwargs[k] for k in ("username", "password", "ssl_ca_certs")} == {
         "username": "u",
         "password": "p",
@@ -240,12 +246,15 @@ async def test_each_mode_gets_its_client_with_tls_and_credentials_without_connec
         RedisEndpoint(mode="cluster", urls=("rediss://a:7000", "rediss://b:7001"), **login),
         pool_size=4,
         timeout=0.2,
+        connect_timeout=0.7,
     )
     client = cluster.client
     assert isinstance(client, RedisCluster) and not cluster.one_node
     assert cluster.gate is not None and cluster.gate._value == 4  # the pools do not queue: the gate does
     kwargs = client.connection_kwargs
-    assert kwargs["connection_class"] is SSLConnection and kwargs["ssl_ca_certs"] == ca
+    assert issubclass(kwargs["connection_class"], SSLConnection) and kwargs["ssl_ca_certs"] == ca
+    assert is_off_path(kwargs["connection_class"]) and kwargs["socket_connect_timeout"] == 0.7
+    assert all(node.connection_class is kwargs["connection_class"] for node in client.startup_nodes)
     assert (kwargs["max_connections"], kwargs["username"], kwargs["password"]) == (8, "u", "p")
     assert sorted(n.name for n in client.startup_nodes) == ["a:7000", "b:7001"]
 
@@ -261,13 +270,17 @@ async def test_each_mode_gets_its_client_with_tls_and_credentials_without_connec
         ),
         pool_size=5,
         timeout=0.2,
+        connect_timeout=0.7,
     )
     primary = sentinel.client.connection_pool
     assert isinstance(primary, SentinelConnectionPool) and sentinel.one_node and sentinel.gate is not None
-    assert primary.connection_class is SentinelManagedSSLConnection and primary.max_connections == 5
+    assert issubclass(primary.connection_class, SentinelManagedSSLConnection)
+    assert is_off_path(primary.connection_class) and primary.max_connections == 5
+    assert sentinel.setups.timeout_s == 1.4  # the Sentinels are asked first, then the primary
     assert (primary.connection_kwargs["db"], primary.connection_kwargs["password"]) == (2, "p")
     assert sentinel.sentinel is not None
     watcher = sentinel.sentinel.sentinels[0].connection_pool
     assert watcher.connection_kwargs["password"] == "sp" and watcher.connection_class is SSLConnection
+    assert watcher.connection_kwargs["socket_connect_timeout"] == 0.7
     for conn in (one, cluster, sentinel):
         await conn.aclose()

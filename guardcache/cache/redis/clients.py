@@ -20,6 +20,12 @@ standalone pool. Retries are off in every mode (a retry would spend the request'
 that has just failed), but redirections are not retries: ``MOVED`` and ``ASK`` are followed within
 the operation's budget.
 
+Connections are set up off the operations' path (:mod:`~guardcache.cache.redis.connecting`): each
+client's connection classes are wrapped so that a new connection is made in a task of its own within
+the connect timeout, and :meth:`AsyncConnection.set_up` is what makes a client usable at all (a
+cluster's slot map read and every slot covered, every primary answering; the primary the Sentinels
+name answering; the one server answering), run by the store in the background.
+
 All modes take ``rediss://`` (or ``tls`` with Sentinel) with a CA bundle (``tls_ca_file``), and an
 ACL user and password that the caller reads from the environment (never from a config file). The
 CLI (``guardcache cache``) builds synchronous clients of the same endpoint (:func:`admin_client`).
@@ -37,8 +43,12 @@ import redis
 from redis.asyncio import BlockingConnectionPool, Redis
 from redis.asyncio.cluster import ClusterNode, RedisCluster
 from redis.asyncio.retry import Retry
-from redis.asyncio.sentinel import Sentinel
+from redis.asyncio.sentinel import Sentinel, SentinelManagedConnection, SentinelManagedSSLConnection
 from redis.backoff import NoBackoff
+from redis.crc import REDIS_CLUSTER_HASH_SLOTS
+from redis.exceptions import RedisClusterException, ResponseError, TryAgainError
+
+from guardcache.cache.redis.connecting import SetUps, off_path
 
 Mode = Literal["standalone", "cluster", "sentinel"]
 MODES: tuple[Mode, ...] = ("standalone", "cluster", "sentinel")
@@ -145,7 +155,7 @@ class RedisEndpoint:
 
     def _sentinel_login(self, timeout: float) -> dict[str, Any]:
         """What a connection to a Sentinel takes (its own timeouts: redis-py does not pass on the
-        data nodes' options)."""
+        data nodes' options; the Sentinels are asked only while a connection is set up)."""
         options: dict[str, Any] = {"socket_timeout": timeout, "socket_connect_timeout": timeout}
         if self.sentinel_username is not None:
             options["username"] = self.sentinel_username
@@ -178,64 +188,136 @@ class RedisEndpoint:
 # -- the tier's clients (asyncio, one set per event loop) -------------------------------------------
 
 
+class ClusterNotCovered(RedisClusterException):
+    """A cluster whose slot map leaves slots without a primary: not usable yet."""
+
+
+class SlotMigrating(ResponseError):
+    """``TRYAGAIN``: a multi-key command on a slot being migrated, its keys split between the two
+    nodes. Raised as is, not retried: redis-py retries ``TRYAGAIN`` up to 16 times with 50 ms
+    sleeps, far past an operation's budget, and the slot stays split until the move is done."""
+
+
+def _tryagain_fails_fast(base: type[Any]) -> type[Any]:
+    """``base`` whose ``TRYAGAIN`` answers raise :class:`SlotMigrating` (a plain ``ResponseError``
+    to redis-py's cluster client, which it raises at once)."""
+
+    class FailFast(base):  # type: ignore[valid-type,misc]
+        async def read_response(self, *args: Any, **kwargs: Any) -> Any:
+            try:
+                return await super().read_response(*args, **kwargs)
+            except TryAgainError as exc:
+                raise SlotMigrating(str(exc)) from exc
+
+    FailFast.__name__ = FailFast.__qualname__ = base.__name__
+    return FailFast
+
+
+def _slot_ranges(slots: set[int], most: int = 3) -> str:
+    """``0-99, 200, 5000-5460`` (the first ``most`` ranges, then ``...``)."""
+    ranges: list[str] = []
+    start = prev = -2
+    for slot in sorted(slots):
+        if slot != prev + 1:
+            if start >= 0:
+                ranges.append(f"{start}-{prev}" if prev > start else str(start))
+            start = slot
+        prev = slot
+    if start >= 0:
+        ranges.append(f"{start}-{prev}" if prev > start else str(start))
+    return ", ".join(ranges[:most]) + (", ..." if len(ranges) > most else "")
+
+
 class AsyncConnection:
     """One event loop's client of an endpoint.
 
     ``client`` takes keyed commands and scripts (routed to the key's node in a cluster);
     ``one_node``: whether a command may name keys of different slots (not in a cluster); ``gate``:
-    the semaphore bounding concurrent operations (None: the pool queues by itself).
+    the semaphore bounding concurrent operations (None: the pool queues by itself); ``setups``: its
+    connections' set-ups (made off the operations' path, see
+    :mod:`~guardcache.cache.redis.connecting`).
     """
 
-    __slots__ = ("client", "endpoint", "gate", "one_node", "sentinel")
+    __slots__ = ("client", "endpoint", "gate", "one_node", "sentinel", "setups")
 
     def __init__(
         self,
         endpoint: RedisEndpoint,
         client: Redis | RedisCluster,
         *,
+        setups: SetUps,
         gate: asyncio.Semaphore | None = None,
         sentinel: Sentinel | None = None,
     ) -> None:
         self.endpoint = endpoint
         self.client = client
+        self.setups = setups
         self.gate = gate
         self.one_node = endpoint.mode != "cluster"
         self.sentinel = sentinel
 
-    async def probe(self) -> None:
+    async def set_up(self) -> None:
         """Raise unless the endpoint can serve the tier: standalone and Sentinel, a PING of the
-        (current) primary; cluster, the topology read again when a node failed, then a PING of every
-        primary (a primary that died and was not yet replaced fails it)."""
+        (current) primary, which sets up a connection (with Sentinel, after asking the Sentinels
+        where the primary is); cluster, the slot map read (again, when a node failed since), every
+        slot covered by a primary, and a PING of every primary (a primary that died and was not yet
+        replaced fails it). The store runs it off the operations' path: to come up, and as the
+        circuit breaker's probe."""
         client = self.client
         if isinstance(client, RedisCluster):
             await client.initialize()
+            covered = client.nodes_manager.slots_cache.keys()
+            if len(covered) < REDIS_CLUSTER_HASH_SLOTS:
+                missing = set(range(REDIS_CLUSTER_HASH_SLOTS)) - set(covered)
+                await client.aclose()  # read the slot map again next time (aclose marks it stale)
+                raise ClusterNotCovered(
+                    f"the cluster serves {REDIS_CLUSTER_HASH_SLOTS - len(missing)} of "
+                    f"{REDIS_CLUSTER_HASH_SLOTS} slots: no primary for slots {_slot_ranges(missing)}"
+                )
             await client.ping(target_nodes=RedisCluster.PRIMARIES)
         else:
             await client.ping()
 
+    probe = set_up
+
+    def stale(self) -> bool:
+        """Whether the client must read its topology again before its next command (a cluster
+        client after a node failed or the cluster was reshaped): the store does it off the
+        operations' path instead of letting the next command do it within its budget."""
+        # redis-py's RedisCluster marks this itself and reads the slot map on its next command.
+        return bool(getattr(self.client, "_initialize", False)) if not self.one_node else False
+
     async def aclose(self) -> None:
+        await self.setups.cancel()
         await self.client.aclose()
         if self.sentinel is not None:
             await self.sentinel.aclose()
 
 
-def async_connection(endpoint: RedisEndpoint, *, pool_size: int, timeout: float) -> AsyncConnection:
+def async_connection(
+    endpoint: RedisEndpoint, *, pool_size: int, timeout: float, connect_timeout: float
+) -> AsyncConnection:
     """A client of ``endpoint`` for the running event loop: at most ``pool_size`` operations at once
     (a cluster keeps up to twice that many connections per node: a rotating lookup holds two),
-    redis-py's own timeouts at ``timeout`` (the caller's backstop), no retries."""
+    redis-py's own timeouts at ``timeout`` (the caller's backstop), no retries; each connection set
+    up off the operations' path within ``connect_timeout`` (with Sentinel twice that: the Sentinels
+    are asked first)."""
     if endpoint.mode == "standalone":
+        setups = SetUps(connect_timeout)
         pool = BlockingConnectionPool.from_url(
             endpoint.url,
             max_connections=pool_size,
             timeout=timeout,  # waiting for a free connection
             socket_timeout=timeout,
-            socket_connect_timeout=timeout,
+            socket_connect_timeout=connect_timeout,
             retry=Retry(NoBackoff(), 0),
             **endpoint._login(),
         )
-        return AsyncConnection(endpoint, Redis.from_pool(pool))
+        pool.connection_class = off_path(pool.connection_class, setups)
+        return AsyncConnection(endpoint, Redis.from_pool(pool), setups=setups)
     gate = asyncio.Semaphore(pool_size)
     if endpoint.mode == "cluster":
+        setups = SetUps(connect_timeout)
         cluster = RedisCluster(
             startup_nodes=[ClusterNode(host, port) for host, port in endpoint._seeds()],
             # Per node; the gate lets pool_size operations run at once, and a lookup during a key
@@ -247,26 +329,35 @@ def async_connection(endpoint: RedisEndpoint, *, pool_size: int, timeout: float)
             require_full_coverage=False,
             ssl=endpoint.uses_tls,
             socket_timeout=timeout,
-            socket_connect_timeout=timeout,
+            socket_connect_timeout=connect_timeout,
             **endpoint._seed_login(),
         )
-        return AsyncConnection(endpoint, cluster, gate=gate)
+        # RedisCluster takes no connection class: its nodes are made with the one in its connection
+        # options (the nodes it discovers) and the seed nodes were made with it already.
+        wrapped = off_path(_tryagain_fails_fast(cluster.connection_kwargs["connection_class"]), setups)
+        cluster.connection_kwargs["connection_class"] = wrapped
+        for node in cluster.startup_nodes:
+            node.connection_class = wrapped  # type: ignore[assignment]
+        return AsyncConnection(endpoint, cluster, setups=setups, gate=gate)
+    setups = SetUps(2 * connect_timeout)
     sentinel = Sentinel(  # type: ignore[no-untyped-call]
         endpoint.sentinels,
-        sentinel_kwargs=endpoint._sentinel_login(timeout),
+        sentinel_kwargs=endpoint._sentinel_login(connect_timeout),
         socket_timeout=timeout,
-        socket_connect_timeout=timeout,
+        socket_connect_timeout=connect_timeout,
     )
+    managed = SentinelManagedSSLConnection if endpoint.tls else SentinelManagedConnection
     primary = sentinel.master_for(
         endpoint.service_name,
         redis_class=Redis,
+        connection_class=off_path(managed, setups),
         max_connections=pool_size,
         db=endpoint.db,
         retry=Retry(NoBackoff(), 0),
         ssl=endpoint.tls,
         **endpoint._login(),
     )
-    return AsyncConnection(endpoint, primary, gate=gate, sentinel=sentinel)
+    return AsyncConnection(endpoint, primary, setups=setups, gate=gate, sentinel=sentinel)
 
 
 # -- the CLI's clients (synchronous) ------------------------------------------------------------------
@@ -341,7 +432,9 @@ __all__ = [
     "MODES",
     "AdminClient",
     "AsyncConnection",
+    "ClusterNotCovered",
     "Mode",
+    "SlotMigrating",
     "RedisEndpoint",
     "admin_client",
     "async_connection",

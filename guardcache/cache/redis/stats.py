@@ -70,9 +70,10 @@ class TierStats:
     - ``lookups`` = L1 hits + L1 misses (the LFU's view); ``l1_hits`` excludes ``coalesced`` askers
       (joined an in-flight load in this process).
     - Every L1 miss that reached Redis is an ``l2_hits`` or ``l2_misses`` (absent, expired,
-      ``l2_corrupt`` or failed authentication) or ``l2_unavailable`` (circuit open, or the operation
-      failed). ``l2_previous_hits`` (part of ``l2_hits``): values found under the previous secret
-      during a key rotation, and re-written under the current one.
+      ``l2_corrupt`` or failed authentication) or ``l2_unavailable`` (circuit open, the operation
+      failed, or the tier was still connecting). ``l2_previous_hits`` (part of ``l2_hits``):
+      values found under the previous secret during a key rotation, and re-written under the
+      current one.
     - ``l2_auth_failures``: values read from Redis whose authentication failed (forged, tampered,
       moved from another key, sealed with another secret, kept past their expiry); each is a miss.
       Anything above zero means something other than the replicas writes to Redis (or a replica
@@ -82,6 +83,8 @@ class TierStats:
     - ``lease_waits``: loads that waited for another replica's lease; ``lease_takeovers``: loads
       that took a lease over after its holder let it expire; ``lease_timeouts``: waits that gave up
       after ``lease_ms`` + margin and computed without the lease.
+    - ``connecting``: the tier is not up yet (its connection being set up, or set-up failing and
+      tried again with backoff); ``circuit_open``: it was up, and its circuit breaker skips it.
     """
 
     lookups: int = 0
@@ -100,6 +103,7 @@ class TierStats:
     lease_timeouts: int = 0
     warnings_logged: int = 0
     circuit_open: bool = False
+    connecting: bool = False
     global_stats: GlobalTierStats | None = None
 
     @classmethod
@@ -109,6 +113,7 @@ class TierStats:
         *,
         warnings_logged: int = 0,
         circuit_open: bool = False,
+        connecting: bool = False,
         global_stats: GlobalTierStats | None = None,
     ) -> TierStats:
         """The tier's view of one snapshot of the cache's recorder."""
@@ -130,6 +135,7 @@ class TierStats:
             lease_timeouts=s.lease_timeouts,
             warnings_logged=warnings_logged,
             circuit_open=circuit_open,
+            connecting=connecting,
             global_stats=global_stats,
         )
 
@@ -156,6 +162,7 @@ class TierStats:
             f"Coalesced: {self.coalesced} | Global Hit Rate: {global_rate}"
             + (f" | L2 Auth Failures: {self.l2_auth_failures}" if self.l2_auth_failures else "")
             + (" | Circuit: open" if self.circuit_open else "")
+            + (" | Redis: connecting" if self.connecting else "")
         )
 
 

@@ -20,6 +20,22 @@ Each operation runs under a :class:`~guardcache.cache.redis.health.StallTolerant
 ``timeout_ms``: a slow Redis times out on time, but a deadline missed because this process's event
 loop was blocked (lazy imports, GC, a starved CPU) is extended, since Redis most likely answered.
 
+Connection set-up is not an operation's budget. A loop's client comes up in the background (started
+by its first operation, or by :meth:`RedisStore.connect` at start-up): every new connection is set up
+within ``connect_timeout_ms`` in a task of its own (TCP, TLS, AUTH; with Sentinel, the primary's
+address first; see :mod:`~guardcache.cache.redis.connecting`), then the endpoint is checked as the
+probe checks it (a cluster: its slot map read, every slot covered, every primary answering). An
+operation that arrives before that waits for it within its own budget and is then
+``CONNECTING`` (a miss for that check only: no error, no warning, the circuit untouched); one that
+arrives while an attempt has failed and the next waits out its backoff is ``CONNECTING`` at once. A
+set-up that fails is logged (a WARNING naming the node or the service, throttled) and tried again
+with backoff (0.1 s doubling to 5 s) until the tier is up; the circuit breaker only ever opens on
+operations of a tier that was up. Once up, a connection the pool adds later is set up the same way:
+an operation that ends while waiting for it is a ``CONNECTING`` miss too. Writes that find the tier
+not up (or their connection still being set up) are kept, the last ``pending_writes`` of them, and
+written once it is; :meth:`RedisStore.drain` (called by the tiered cache's ``aclose``) waits a
+bounded time for them on a graceful stop.
+
 redis-py's asyncio clients and connections belong to the event loop that created them, so the store
 keeps one client per running loop (weakly keyed: a closed loop's client goes with it), of the
 settings' :class:`~guardcache.cache.redis.clients.RedisEndpoint`: a standalone server, a Redis
@@ -46,6 +62,7 @@ import enum
 import threading
 import time
 import weakref
+from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
@@ -55,14 +72,22 @@ from redis.exceptions import ClusterError, RedisClusterException, RedisError, Tr
 
 from guardcache.cache.recorder import DISABLED_RECORDER, StatsRecorder
 from guardcache.cache.redis.auth import RedisAuth, check_secret
-from guardcache.cache.redis.clients import AsyncConnection, RedisEndpoint, async_connection, redacted
-from guardcache.cache.redis.health import CircuitBreaker, Clock, StallTolerantTimeout, ThrottledLog
+from guardcache.cache.redis.clients import (
+    AsyncConnection,
+    RedisEndpoint,
+    SlotMigrating,
+    async_connection,
+    redacted,
+)
+from guardcache.cache.redis.connecting import SetupWait, describe, done_watching, watching
+from guardcache.cache.redis.health import Backoff, CircuitBreaker, Clock, StallTolerantTimeout, ThrottledLog
 from guardcache.cache.redis.keys import KeySpace
 from guardcache.cache.redis.stats import log
 
 T = TypeVar("T")
 
 _GRACE = 2  # deadline extensions granted when the event loop (not Redis) was stalled
+_WRITE_BATCH = 100  # pending writes per pipeline
 # What a Redis problem raises (a cluster client that reaches no node raises RedisClusterException,
 # which is not a RedisError).
 _REDIS_FAILURES = (RedisError, RedisClusterException, OSError, TimeoutError)
@@ -73,7 +98,7 @@ def _slot_moving(exc: BaseException) -> bool:
     Redis Cluster answers TRYAGAIN to a multi-key command (the lease scripts) while the slot's keys
     are split between two nodes, and redis-py gives up ("TTL exhausted", a bare ``ClusterError``)
     when the redirections do not settle. Only that slot's operations fail, until it has moved."""
-    return isinstance(exc, TryAgainError) or type(exc) is ClusterError
+    return isinstance(exc, TryAgainError | SlotMigrating) or type(exc) is ClusterError
 
 
 # A value, or the lease: 1 = acquired by this token, 0 = held by someone else. ARGV[3] is a value the
@@ -116,10 +141,14 @@ class Unavailable(enum.Enum):
 
     SKIPPED = "skipped"  # the circuit is open: Redis was not asked (costs nothing)
     FAILED = "failed"  # Redis was asked and did not answer in time, or refused
+    # The tier is not up yet (its client is being set up, or waits to try again), or the operation
+    # ended while its connection was still being set up: a miss for this operation, not a failure.
+    CONNECTING = "connecting"
 
 
 SKIPPED = Unavailable.SKIPPED
 FAILED = Unavailable.FAILED
+CONNECTING = Unavailable.CONNECTING
 
 
 @dataclass(frozen=True, slots=True)
@@ -165,7 +194,11 @@ class RedisSettings:
     secret: bytes = field(repr=False)
     ttl_s: float = 86400.0  # entries expire in Redis (SET ... PX)
     key_prefix: str = "guardcache"
-    timeout_ms: float = 50.0  # budget of each Redis operation
+    timeout_ms: float = 50.0  # budget of each Redis operation (on an open connection)
+    # Setting up each connection (TCP, TLS, AUTH; with Sentinel twice this: the Sentinels are asked
+    # first) and reading a cluster's slot map: off the operations' path, never within timeout_ms.
+    connect_timeout_ms: float = 1000.0
+    pending_writes: int = 1000  # writes kept (the last ones) while the tier is not up yet
     pool_size: int = 16  # connections per event loop
     lease_ms: int = 5000  # cross-replica single flight: how long a leader may hold a key
     wait_margin_ms: int = 250  # a waiter gives up after lease_ms + this, and computes itself
@@ -176,10 +209,12 @@ class RedisSettings:
     previous_secret: bytes | None = field(default=None, repr=False)  # during a key rotation only
 
     def __post_init__(self) -> None:
-        positive = ("ttl_s", "timeout_ms", "pool_size", "lease_ms", "breaker_base_s")
+        positive = ("ttl_s", "timeout_ms", "connect_timeout_ms", "pool_size", "lease_ms", "breaker_base_s")
         for name in (*positive, "stats_flush_interval_s", "stats_flush_events"):
             if getattr(self, name) <= 0:
                 raise ValueError(f"RedisSettings.{name} must be > 0 (got {getattr(self, name)!r})")
+        if self.pending_writes < 0:
+            raise ValueError(f"RedisSettings.pending_writes must be >= 0 (got {self.pending_writes!r})")
         if self.wait_margin_ms < 0 or self.breaker_cap_s < self.breaker_base_s:
             raise ValueError("RedisSettings: need wait_margin_ms >= 0 and breaker_cap_s >= breaker_base_s")
         if self.endpoint is None:
@@ -212,12 +247,31 @@ class RedisSettings:
     def timeout_s(self) -> float:
         return self.timeout_ms / 1000
 
+    @property
+    def connect_timeout_s(self) -> float:
+        return self.connect_timeout_ms / 1000
+
 
 class _LoopClient:
-    """A client of one event loop and its registered scripts (``one_node`` and ``gate``: see
-    :class:`~guardcache.cache.redis.clients.AsyncConnection`)."""
+    """A client of one event loop, its registered scripts (``one_node`` and ``gate``: see
+    :class:`~guardcache.cache.redis.clients.AsyncConnection`) and its set-up: ``up`` once it has
+    come up; ``attempt`` resolves (to whether it came up) when the set-up attempt in progress ends
+    (None between attempts); ``pending``: Redis key -> (payload, expiry) written once it is up."""
 
-    __slots__ = ("client", "connection", "gate", "get_or_lease", "one_node", "release", "set_and_release")
+    __slots__ = (
+        "attempt",
+        "client",
+        "connection",
+        "connector",
+        "gate",
+        "get_or_lease",
+        "one_node",
+        "pending",
+        "release",
+        "set_and_release",
+        "up",
+        "writer",
+    )
 
     def __init__(self, connection: AsyncConnection) -> None:
         self.connection = connection
@@ -227,6 +281,11 @@ class _LoopClient:
         self.get_or_lease: AsyncScript = client.register_script(_GET_OR_LEASE)
         self.set_and_release: AsyncScript = client.register_script(_SET_AND_RELEASE)
         self.release: AsyncScript = client.register_script(_RELEASE)
+        self.up = False
+        self.attempt: asyncio.Future[bool] | None = None
+        self.connector: asyncio.Task[None] | None = None
+        self.writer: asyncio.Task[None] | None = None
+        self.pending: OrderedDict[str, tuple[bytes, int]] = OrderedDict()
 
 
 class RedisStore:
@@ -255,9 +314,20 @@ class RedisStore:
         self._probes: set[asyncio.Task[None]] = set()
         self._endpoint = settings.where
         self._where = f"{self._endpoint.describe()} ({keys.base}*)"
-        # The probe of a cluster may read the topology again (a few round trips): give it a second.
         cluster = self._endpoint.mode == "cluster"
-        self._probe_budget = max(1.0, self._timeout) if cluster else self._timeout
+        connect = settings.connect_timeout_s
+        # A set-up attempt, and the probe (the same check): connections set up (each within the
+        # connect timeout: a cluster's seed node first, then every primary), then a round trip.
+        self._setup_budget = 2 * connect + self._timeout
+        self._probe_budget = self._setup_budget
+        # Work off the requests' path (the stats flush, pending writes) may wait for a connection.
+        self._background_budget = max(1.0, self._timeout) + connect
+        self._pending_max = settings.pending_writes
+        self._setup_backoff = Backoff(settings.breaker_base_s, settings.breaker_cap_s)
+        self._setup_retry_at = 0.0  # no set-up attempt before this (clock); after a failed one
+        self._setup_failing = False  # an attempt failed since the tier was last up
+        self._clock = clock
+        self.writes_dropped = 0  # pending writes given up (over the bound, or never written)
         # On one server, an operation that began before the circuit opened and came back fine shows
         # that Redis answers again. In a cluster it shows only that its own slot's primary does:
         # there only the probe (every primary) closes the circuit, so a dead shard does not reopen
@@ -278,7 +348,9 @@ class RedisStore:
         # Redis from a stalled event loop, and would fail operations Redis already answered.
         s = self.settings
         backstop = max(s.timeout_s, self._probe_budget) * (2 + _GRACE)
-        return async_connection(self._endpoint, pool_size=s.pool_size, timeout=backstop)
+        return async_connection(
+            self._endpoint, pool_size=s.pool_size, timeout=backstop, connect_timeout=s.connect_timeout_s
+        )
 
     def _client(self) -> _LoopClient:
         loop = asyncio.get_running_loop()
@@ -296,27 +368,46 @@ class RedisStore:
         *,
         budget: float | None = None,
         force: bool = False,
+        wait: bool = True,
     ) -> T | Unavailable:
-        """``op`` within the budget: SKIPPED while the circuit is open (unless ``force``), FAILED
-        (counted, logged, circuit opened) on any error."""
+        """``op`` within the budget: CONNECTING while this loop's client is not up (after waiting
+        for its set-up within the budget when ``wait``, or when the op ended while a connection it
+        needed was still being set up), SKIPPED while the circuit is open (unless ``force``),
+        FAILED (counted, logged, circuit opened) on any error of a tier that was up."""
         if not force and not self.breaker.allow():
             if self.breaker.probe_due():
                 self._start_probe()
             return SKIPPED
+        state = self._client()
+        attempt = None
+        if not state.up or state.connection.stale():
+            attempt = self._start_setup(state)
+            if attempt is None or not wait:
+                return CONNECTING
+        setup = SetupWait()
+        token = watching(setup)
         try:
             async with StallTolerantTimeout(budget or self._timeout, grace=_GRACE):
-                state = self._client()
+                if attempt is not None:  # the client is being set up: wait for it, within the budget
+                    setup.pending += 1
+                    if not await asyncio.shield(attempt):
+                        return CONNECTING
+                    setup.pending -= 1
                 if state.gate is None:
                     result = await op(state)
                 else:  # a cluster's or Sentinel's pool does not queue: wait here, within the budget
                     async with state.gate:
                         result = await op(state)
         except _REDIS_FAILURES as exc:
+            if setup.still_connecting:
+                return CONNECTING  # a set-up outlasted the budget: this op's miss, Redis did not fail
             if _slot_moving(exc):
                 self._slot_moving(exc)
             else:
                 self._failed(exc)
             return FAILED
+        finally:
+            done_watching(token)
         if not self.breaker.closed and self._ops_close_circuit:
             self._recovered()  # an operation begun before the circuit opened came back fine
         return result
@@ -324,9 +415,8 @@ class RedisStore:
     def _failed(self, exc: BaseException, *, probe: bool = False) -> None:
         self.recorder.record_l2_error()
         self.breaker.record_failure(probe=probe)
-        detail = f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
         self._warn.warning(
-            f"Redis tier {self._where} unavailable ({detail}); serving from the in-process cache "
+            f"Redis tier {self._where} unavailable ({describe(exc)}); serving from the in-process cache "
             f"and the backend, next probe in {self.breaker.retry_in() * 1000:.0f} ms"
         )
 
@@ -349,8 +439,9 @@ class RedisStore:
         task.add_done_callback(self._probes.discard)
 
     async def _probe(self) -> None:
-        """One PING off the request path (a cluster: the topology, then every primary): closes the
-        circuit, or reopens it for a longer backoff."""
+        """The endpoint checked off the request path, connections set up under the connect timeout
+        (a cluster: the topology, then every primary): closes the circuit, or reopens it for a
+        longer backoff."""
         try:
             async with StallTolerantTimeout(self._probe_budget, grace=_GRACE):
                 state = self._client()
@@ -366,6 +457,198 @@ class RedisStore:
             raise
         else:
             self._recovered()
+            if not state.up:  # a loop whose client had not come up: the probe brought it up
+                state.up = True
+                if state.pending:
+                    self._start_writer(state)
+
+    # -- set-up (off the operations' path) --------------------------------------------------------
+
+    def _start_setup(self, state: _LoopClient) -> asyncio.Future[bool] | None:
+        """Make sure this loop's client is coming up; the attempt in progress (None while the next
+        one waits out a backoff)."""
+        if state.connector is None or state.connector.done():
+            state.up = False
+            loop = asyncio.get_running_loop()
+            if self._clock() >= self._setup_retry_at:
+                state.attempt = loop.create_future()  # now, so that the caller can wait for it
+            state.connector = loop.create_task(self._connect(state), name="guardcache-redis-setup")
+        return state.attempt
+
+    async def _connect(self, state: _LoopClient) -> None:
+        """Attempts, with backoff between them, until this loop's client is up."""
+        loop = asyncio.get_running_loop()
+        try:
+            while True:
+                delay = self._setup_retry_at - self._clock()
+                if delay > 0:
+                    await asyncio.sleep(delay)  # ops meanwhile are CONNECTING at once (no attempt)
+                attempt = state.attempt
+                if attempt is None or attempt.done():
+                    attempt = state.attempt = loop.create_future()
+                up = False
+                try:
+                    up = await self._attempt(state)
+                finally:
+                    state.attempt = None
+                    if not attempt.done():
+                        attempt.set_result(up)
+                if up:
+                    return
+        finally:
+            state.connector = None
+
+    async def _attempt(self, state: _LoopClient) -> bool:
+        """One set-up attempt: whether the client came up (a failure is counted and logged)."""
+        setups = state.connection.setups
+        setups.take_failures()  # only this attempt's are reported
+        try:
+            async with StallTolerantTimeout(self._setup_budget, grace=_GRACE):
+                if state.gate is None:
+                    await state.connection.set_up()
+                else:
+                    async with state.gate:
+                        await state.connection.set_up()
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:  # a Redis problem (or a redis-py bug): not up, try again later
+            self.recorder.record_l2_error()
+            retry = self._setup_backoff.next()
+            self._setup_retry_at = self._clock() + retry
+            self._setup_failing = True
+            if type(exc) is TimeoutError:
+                exc = TimeoutError(f"not set up within {self._setup_budget * 1000:.0f} ms")
+            self._warn.warning(
+                f"Redis tier {self._where} not connected ({describe(exc)}); serving from the in-process "
+                f"cache and the backend, next attempt in {retry * 1000:.0f} ms"
+            )
+            return False
+        state.up = True
+        self._setup_backoff.reset()
+        self._setup_retry_at = 0.0
+        unreachable = setups.take_failures()
+        if unreachable:
+            where = "; ".join(f"{node}: {what}" for node, what in unreachable.items())
+            self._warn.warning(f"Redis tier {self._where} connected, but could not reach {where}")
+        if self._setup_failing:
+            self._setup_failing = False
+            self._warn.recovered(f"Redis tier {self._where} is connected")
+        if not self.breaker.closed:
+            self._recovered()  # the set-up checked what the probe checks
+        if state.pending:
+            self._start_writer(state)
+        return True
+
+    # -- writes kept while the tier is not up -----------------------------------------------------
+
+    def _keep(self, state: _LoopClient, name: str, payload: bytes, expires_at_ms: int | None) -> None:
+        """Keep a write for when the tier is up: the last ``pending_writes`` (one per key)."""
+        if self._pending_max <= 0:
+            self.writes_dropped += 1
+            return
+        pending = state.pending
+        pending[name] = (payload, expires_at_ms if expires_at_ms is not None else _now_ms() + self._ttl_ms)
+        pending.move_to_end(name)
+        while len(pending) > self._pending_max:
+            pending.popitem(last=False)
+            self.writes_dropped += 1
+        if state.up:  # kept because its connection was still being set up: write it soon
+            self._start_writer(state)
+
+    def _start_writer(self, state: _LoopClient) -> None:
+        if state.writer is None or state.writer.done():
+            state.writer = asyncio.get_running_loop().create_task(
+                self._write_pending(state), name="guardcache-redis-pending-writes"
+            )
+
+    async def _write_pending(self, state: _LoopClient) -> None:
+        """Write the kept values, in pipelines of ``_WRITE_BATCH``, while the tier is up."""
+        try:
+            while state.pending and state.up:
+                batch: list[tuple[str, tuple[bytes, int]]] = []
+                while state.pending and len(batch) < _WRITE_BATCH:
+                    batch.append(state.pending.popitem(last=False))
+                now = _now_ms()
+                batch = [(name, value) for name, value in batch if value[1] > now]  # not expired
+
+                async def op(c: _LoopClient, batch: list[tuple[str, tuple[bytes, int]]] = batch) -> bool:
+                    async with c.client.pipeline(transaction=False) as pipe:
+                        for name, (payload, expires_at_ms) in batch:
+                            data, px = self._seal(name, payload, expires_at_ms)
+                            pipe.set(name, data, px=px)
+                        await pipe.execute()
+                    return True
+
+                done = await self._run(op, budget=self._background_budget) if batch else True
+                if done is CONNECTING:  # not up again, or a connection still being set up: later
+                    for name, value in reversed(batch):
+                        if name not in state.pending:
+                            state.pending[name] = value
+                            state.pending.move_to_end(name, last=False)
+                    return
+                if done is not True:
+                    self.writes_dropped += len(batch)  # the failure is counted and logged
+                    return
+        finally:
+            state.writer = None
+
+    async def drain(self, *, wait_for_setup: bool = True) -> int:
+        """Write what is kept for this loop's client, within a bounded time: a set-up in progress
+        is waited for (when ``wait_for_setup``; at most one attempt's budget), then the writes get
+        the background budget. Called on a graceful stop; returns how many writes were given up."""
+        state = self._clients.get(asyncio.get_running_loop())
+        if state is None or not state.pending:
+            return 0
+        deadline = self._clock() + self._setup_budget + self._background_budget
+        if not state.up and wait_for_setup and state.attempt is not None:
+            await self._wait(state.attempt, deadline - self._clock())
+        if state.up and state.pending:
+            self._start_writer(state)
+        writer = state.writer
+        if writer is not None:
+            await self._wait(writer, deadline - self._clock())
+        left = len(state.pending)
+        if left:
+            self.writes_dropped += left
+            state.pending.clear()
+            log.info(
+                "Redis tier %s: %d verdicts computed while it was not connected were not written",
+                self._where,
+                left,
+            )
+        return left
+
+    @staticmethod
+    async def _wait(work: asyncio.Future[Any], within: float) -> None:
+        if within <= 0:
+            return
+        try:
+            async with StallTolerantTimeout(within, grace=_GRACE):
+                await asyncio.shield(work)
+        except (TimeoutError, *_REDIS_FAILURES):
+            pass
+
+    async def connect(self) -> bool:
+        """Bring this loop's client up now (e.g. at start-up, so the first checks find it up) and
+        wait for the attempt (at most its budget: about twice the connect timeout); whether it is
+        up. Optional: the first operation starts it anyway."""
+        state = self._client()
+        if state.up and not state.connection.stale():
+            return True
+        attempt = self._start_setup(state)
+        if attempt is not None:
+            await self._wait(attempt, self._setup_budget + self._timeout)
+        return state.up
+
+    @property
+    def connecting(self) -> bool:
+        """Whether a loop's client is not up (being set up, or waiting to try again)."""
+        return any(not state.up for state in list(self._clients.values()))
+
+    def pending_writes(self) -> int:
+        """Writes kept for the running loop's client until it is up."""
+        state = self._clients.get(asyncio.get_running_loop())
+        return 0 if state is None else len(state.pending)
 
     # -- names and envelopes ----------------------------------------------------------------------
 
@@ -415,8 +698,8 @@ class RedisStore:
     # -- operations -------------------------------------------------------------------------------
 
     async def ping(self) -> bool:
-        """One PING through this loop's pool (connecting it; in a cluster, to every primary, after
-        reading the topology); whether Redis answered."""
+        """The probe's check through this loop's client (in a cluster, every primary, after reading
+        the topology), once it is up; whether Redis answered."""
 
         async def op(c: _LoopClient) -> bool:
             await c.connection.probe()
@@ -488,7 +771,12 @@ class RedisStore:
             data, px = self._seal(name, payload, expires_at_ms)
             return bool(await c.client.set(name, data, px=px))
 
-        return await self._run(op) is True
+        # Like a read, a write waits for a set-up in progress within its budget; if the tier is not
+        # up by then (or its connection is still being set up), it is kept and written once it is.
+        done = await self._run(op)
+        if done is CONNECTING:
+            self._keep(self._client(), name, payload, expires_at_ms)
+        return done is True
 
     async def set_and_release(
         self,
@@ -509,7 +797,10 @@ class RedisStore:
             await c.set_and_release(keys=[name, lease], args=[data, px, token])
             return True
 
-        return await self._run(op, force=force) is True
+        done = await self._run(op, force=force, wait=False)
+        if done is CONNECTING:  # the value is kept; a lease, if we hold one, expires by itself
+            self._keep(self._client(), name, payload, expires_at_ms)
+        return done is True
 
     async def release(self, key: Any, token: str, *, force: bool = False) -> bool:
         """Drop our lease (compare-and-delete: never someone else's); whether it was deleted."""
@@ -517,7 +808,7 @@ class RedisStore:
         async def op(c: _LoopClient) -> bool:
             return bool(await c.release(keys=[self.lease_key(key)], args=[token]))
 
-        return await self._run(op, force=force) is True
+        return await self._run(op, force=force, wait=False) is True
 
     async def delete(self, key: Any) -> bool:
         """Remove the value (rotating: under both names, or a read would bring it back); whether it
@@ -537,7 +828,8 @@ class RedisStore:
     async def add_counters(self, deltas: Mapping[str, int]) -> dict[Any, Any] | Unavailable:
         """HINCRBY each nonzero delta into the scope's stats hash, then read it back: one pipeline.
 
-        Not on a request's path, so it gets a longer budget (at least 1 s)."""
+        Not on a request's path, so it gets a longer budget (at least 1 s, plus the connect
+        timeout: it may wait for the tier to come up)."""
 
         async def op(c: _LoopClient) -> dict[Any, Any]:
             async with c.client.pipeline(transaction=False) as pipe:
@@ -549,7 +841,7 @@ class RedisStore:
             totals: dict[Any, Any] = replies[-1]
             return totals
 
-        return await self._run(op, budget=max(1.0, self._timeout))
+        return await self._run(op, budget=self._background_budget)
 
     # -- state ------------------------------------------------------------------------------------
 
@@ -558,13 +850,22 @@ class RedisStore:
         return self._warn.emitted + self._auth_warn.emitted
 
     async def aclose(self) -> None:
-        """Close the running loop's client (other loops' clients close with their loops)."""
+        """Close the running loop's client (other loops' clients close with their loops); what is
+        still kept for it is dropped (call :meth:`drain` first to write it)."""
         state = self._clients.pop(asyncio.get_running_loop(), None)
         if state is not None:
+            state.up = False
+            self.writes_dropped += len(state.pending)
+            state.pending.clear()
+            for task in (state.connector, state.writer):
+                if task is not None and not task.done():
+                    task.cancel()
+                    await asyncio.gather(task, return_exceptions=True)
             await state.connection.aclose()
 
 
 __all__ = [
+    "CONNECTING",
     "FAILED",
     "SKIPPED",
     "Found",

@@ -23,7 +23,9 @@ recomputed under the lease and overwritten. A load gives up on Redis after
 ``_MAX_REJECTED`` such values (a writer swapping values as fast as we read them) and computes. During
 a key rotation a value found under the previous secret's name is served and re-written under the new
 name, keeping its original expiry. When Redis is unusable (down, slow, refusing, circuit open) a load
-computes at once: no request fails or waits because of Redis.
+computes at once: no request fails or waits because of Redis. While the tier is still connecting (a
+process's first checks, see :mod:`~guardcache.cache.redis.store`) a load waits for it at most its
+operation's budget, then computes; what it computes is written once the tier is up.
 
 The synchronous ``get``/``put``/``contains``/``delete``/``clear`` touch L1 only: they cannot await a
 network call, and blocking on one inside an event loop would stall every request of the loop. Use
@@ -46,7 +48,7 @@ from guardcache.cache.policy_cache import PolicyCache
 from guardcache.cache.recorder import StatsRecorder
 from guardcache.cache.redis.health import Clock
 from guardcache.cache.redis.stats import GLOBAL_FIELDS, GlobalTierStats, TierStats, log
-from guardcache.cache.redis.store import FAILED, Found, Lease, RedisStore, Rejected, Unavailable
+from guardcache.cache.redis.store import CONNECTING, FAILED, Found, Lease, RedisStore, Rejected, Unavailable
 from guardcache.cache.stats import CacheStats, StatsReporter, default_reporter
 
 _POLL_FIRST_S = 0.002
@@ -158,8 +160,11 @@ class TieredCache(CacheInterface):
                 return await self._lead(key, compute_fn, token)
             if isinstance(found, Unavailable):
                 rec.record_l2_unavailable()
-                # FAILED: the reply was lost, but Redis may have given us the lease: clean up.
-                return await self._compute_and_store(key, compute_fn, token if found is FAILED else None)
+                # FAILED: the reply was lost, but Redis may have given us the lease: clean up. So
+                # may CONNECTING (a command sent before another waited for its connection); while
+                # the tier is not up, the cleanup just keeps the value for when it is.
+                lost = token if found is FAILED or found is CONNECTING else None
+                return await self._compute_and_store(key, compute_fn, lost)
             now = self._clock()  # Lease.HELD: another replica is computing
             if waiting_since is None:
                 waiting_since = now
@@ -329,6 +334,7 @@ class TieredCache(CacheInterface):
             self.recorder.snapshot(),
             warnings_logged=self.store.warnings_logged,
             circuit_open=not self.store.breaker.closed,
+            connecting=self.store.connecting,
             global_stats=self._global,
         )
 
@@ -397,13 +403,18 @@ class TieredCache(CacheInterface):
         self.l1.close()
 
     async def connect(self) -> bool:
-        """Open this event loop's Redis connection now (one PING), e.g. at start-up, so the first
-        requests do not pay for connecting; whether Redis answered. Optional: it happens anyway."""
-        return await self.store.ping()
+        """Bring this event loop's Redis client up now (connections set up, a cluster's slots read;
+        at most about twice ``connect_timeout_ms``), e.g. at start-up, so the first requests find
+        the tier up; whether it is. Optional: the first lookup starts it anyway (and misses if it
+        is not up within its budget)."""
+        return await self.store.connect()
 
     async def aclose(self, *, flush: bool = True) -> None:
-        """Flush the stats deltas (unless ``flush=False``, e.g. when a sync API closes the
+        """Write the verdicts computed while the tier was still connecting (waiting, when
+        ``flush``, for a set-up in progress; bounded: about twice ``connect_timeout_ms`` plus a
+        second), flush the stats deltas (unless ``flush=False``, e.g. when a sync API closes the
         short-lived loop of each call), then close this loop's Redis client."""
+        await self.store.drain(wait_for_setup=flush)
         if flush:
             await self.flush_stats()
         await self.store.aclose()
