@@ -178,6 +178,9 @@ class RedisConfig(BaseModel):
     ttl: PositiveInt = 86400  # seconds a verdict lives in Redis
     key_prefix: str = Field(default="guardcache", min_length=1)
     timeout_ms: PositiveInt = 50  # per Redis operation; past it the check falls back to the model
+    # Setting up a connection (TCP, TLS, AUTH; Sentinel: asking for the primary) and reading a
+    # cluster's slots: in the background, never within timeout_ms (docs/redis.md, "Connecting").
+    connect_timeout_ms: PositiveInt = 1000
     pool_size: PositiveInt = 16
     # How long one replica may hold a key's lease while it calls the model (cross-replica single
     # flight); longer than a healthy check. A crashed leader delays the others by at most this.

@@ -196,6 +196,7 @@ def redis_settings(model: ModelConfig, *, where: str | None = None) -> RedisSett
             ttl_s=float(redis_cfg.ttl),
             key_prefix=redis_cfg.key_prefix,
             timeout_ms=float(redis_cfg.timeout_ms),
+            connect_timeout_ms=float(redis_cfg.connect_timeout_ms),
             pool_size=redis_cfg.pool_size,
             lease_ms=redis_cfg.lease_ms,
         )
