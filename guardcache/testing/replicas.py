@@ -30,17 +30,19 @@ def write_replica_config(
     key_prefix: str = "guardcache",
     maxsize: int = 1000,
     ttl: int = 600,
-    timeout_ms: int = 500,
+    timeout_ms: int | None = None,
     backend_timeout: float = 10,
     redis_extra: str = "",
 ) -> Path:
     """A config folder with one content-safety input rail on ``base_url``, cached in ``store``;
-    ``redis_extra`` adds entries to its ``cache.redis`` mapping (e.g. ``"mode: cluster"``)."""
+    ``timeout_ms`` the config's (None: the default), ``redis_extra`` adds entries to its
+    ``cache.redis`` mapping (e.g. ``"mode: cluster"``)."""
     folder.mkdir(parents=True, exist_ok=True)
     extra = f", {redis_extra}" if redis_extra else ""
+    budget = f"timeout_ms: {timeout_ms}, " if timeout_ms is not None else ""
     redis = (
         f"\n      redis: {{url: '{redis_url}', ttl: {ttl}, key_prefix: {key_prefix}, "
-        f"timeout_ms: {timeout_ms}, pool_size: 8{extra}}}"
+        f"{budget}pool_size: 8{extra}}}"
         if store == "redis"
         else ""
     )

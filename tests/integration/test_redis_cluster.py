@@ -133,10 +133,10 @@ async def test_a_moving_slot_misses_only_its_own_lookups_and_is_followed_once_mo
     split between two nodes): a miss for that slot only, the circuit stays closed. Once the slot has
     moved, MOVED is followed: hits again, no error."""
     key, elsewhere = b"\x07" * 32, b"\x09" * 32
-    writer = make_tier(endpoint(redis_cluster), key_prefix="gcclusterslot", timeout_ms=2000)
+    writer = make_tier(endpoint(redis_cluster), key_prefix="gcclusterslot")
     await writer.aput(key, verdict("moved"))
     await writer.aput(elsewhere, verdict("elsewhere"))
-    reader = make_tier(endpoint(redis_cluster), key_prefix="gcclusterslot", timeout_ms=2000)
+    reader = make_tier(endpoint(redis_cluster), key_prefix="gcclusterslot")
     backend = Backend()
     assert (await reader.get_or_compute(key, backend)).verdict.label == "moved"  # learns the slots
     client = redis_cluster.client()
@@ -167,7 +167,7 @@ async def test_a_moving_slot_misses_only_its_own_lookups_and_is_followed_once_mo
     await asyncio.gather(writer.aclose(), reader.aclose())
 
 
-def rails_config(urls: list[str], prefix: str, base_url: str, timeout_ms: int = 50) -> RailsConfig:
+def rails_config(urls: list[str], prefix: str, base_url: str) -> RailsConfig:
     seeds = ", ".join(f"'{u}'" for u in urls)
     return RailsConfig.from_content(
         f"""
@@ -178,7 +178,7 @@ models:
     parameters: {{base_url: "{base_url}"}}
     cache:
       store: redis
-      redis: {{mode: cluster, urls: [{seeds}], key_prefix: {prefix}, timeout_ms: {timeout_ms}}}
+      redis: {{mode: cluster, urls: [{seeds}], key_prefix: {prefix}}}
 rails:
   input:
     flows:

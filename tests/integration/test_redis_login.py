@@ -102,15 +102,15 @@ async def test_tls_is_verified_with_the_configured_ca_bundle(tmp_path: Path) -> 
     server.start_on_free_port()
     try:
         url = f"rediss://127.0.0.1:{tls_port}/0"
-        cache = tier(
-            f"url: '{url}', key_prefix: gctls, tls_ca_file: '{ca}', timeout_ms: 2000"
-        )  # not a latency test
+        cache = tier(f"url: '{url}', key_prefix: gctls, tls_ca_file: '{ca}'")
+        assert await cache.connect()  # as at start-up: the handshake is set-up, not an operation
         await cache.get_or_compute(b"\x01" * 32, lambda: verdict())
         assert cache.tier_stats().l2_errors == 0 and cache.tier_stats().l2_misses == 1
         assert server.client().exists(cache.store.value_key(b"\x01" * 32)) == 1  # it went over TLS
-        untrusted = tier(f"url: '{url}', key_prefix: gctls, timeout_ms: 2000")  # unknown CA
+        untrusted = tier(f"url: '{url}', key_prefix: gctls")  # unknown CA
+        assert not await untrusted.connect()  # the certificate does not verify: never up
         assert await untrusted.get_or_compute(b"\x02" * 32, lambda: verdict()) == verdict()
-        assert untrusted.tier_stats().l2_unavailable == 1
+        assert untrusted.tier_stats().l2_unavailable == 1 and untrusted.tier_stats().connecting
         await cache.aclose(flush=False)
         await untrusted.aclose(flush=False)
     finally:

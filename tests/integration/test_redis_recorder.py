@@ -66,7 +66,7 @@ async def test_a_failed_backend_call_is_a_load_failure_and_a_computation(redis_s
 
 
 async def test_store_errors_are_counted_in_the_same_recorder() -> None:
-    tier = make_tier(f"redis://127.0.0.1:{free_port()}/0", timeout_ms=100.0)  # nobody listens there
+    tier = make_tier(f"redis://127.0.0.1:{free_port()}/0")  # nobody listens there
     backend = Backend()
     assert await tier.get_or_load(KEY, backend) == (verdict(), True)
     s = tier.recorder.snapshot()
