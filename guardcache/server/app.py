@@ -9,11 +9,12 @@
   ``shutdown_timeout``, then the lifespan closes the rails (Redis tier flushed, HTTP pools closed).
 - :class:`OperationsMiddleware` (pure ASGI, a few small objects per request, no wrappers): a request id
   for every request (the client's ``X-Request-Id`` when it is sane, else a new one), in the response
-  header and in every log line written while serving it; client API keys on ``/v1/*``; the chat
-  body read whole first, within ``body_timeout`` (408) and ``max_body_bytes`` (413 from
-  ``Content-Length`` before reading, and while reading); then the concurrency limit (503 with
-  ``Retry-After``) and the in-flight gauge; then the turn, under a :class:`ClientWatch` that cancels
-  it when the client leaves.
+  header and in every log line written while serving it; client API keys on ``/v1/*`` and every
+  body route; the body of every route in ``server/body_routes.py`` (chat, checks, LiteLLM's
+  guardrail API...) read whole first, within ``body_timeout`` (408) and ``max_body_bytes`` (413
+  from ``Content-Length`` before reading, and while reading); then the concurrency limit (503 with
+  ``Retry-After``) and the in-flight gauge, shared by all of them; then the route's handler, under a
+  :class:`ClientWatch` that cancels it when the client leaves.
 - The connection-level limits (the request head's size and time, idle keep-alive) are uvicorn's
   protocol's: ``server/connections.py``.
 """
@@ -37,8 +38,11 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from guardcache import tracing
 from guardcache.llm.cancel import CancelAfter
 from guardcache.rails.llmrails import LLMRails
+from guardcache.server.body_routes import BODY_ROUTES, CHAT_PATH, CHECKS_PATH, LITELLM_PATH
+from guardcache.server.checks_api import ChecksHandler
 from guardcache.server.ids import new_id
 from guardcache.server.intake import json_response, read_body, reject_reason, too_large
+from guardcache.server.litellm_api import LiteLLMHandler
 from guardcache.server.protocol import RequestError, error_body
 from guardcache.server.responses import DISCONNECT, EventStream, HookWatch, JSONResponse, TaskWatch
 from guardcache.server.routes import Handlers
@@ -47,10 +51,11 @@ from guardcache.server.state import ServerState
 
 log = logging.getLogger("guardcache.server")
 
-ChatHandler = Callable[[bytes], Awaitable[ASGIApp]]
+BodyHandler = Callable[[bytes], Awaitable[ASGIApp]]
+"""A body route's handler: the request body (read within the limits) in, the answer to send out."""
+ChatHandler = BodyHandler
 REQUEST_ID: ContextVar[str] = ContextVar("guardcache_request_id", default="-")
 _SANE_ID = re.compile(r"[A-Za-z0-9._:-]{1,128}")
-CHAT_PATH = "/v1/chat/completions"
 
 
 class RequestIdFilter(logging.Filter):
@@ -81,26 +86,39 @@ def configure_logging(level: str = "info") -> None:
 class OperationsMiddleware:
     """Request ids, client auth, body limit, concurrency limit (see the module docstring).
 
-    ``chat`` (the chat route's handler) is called directly for ``POST /v1/chat/completions``
-    rather than through Starlette's middleware stack and router: that stack (error and exception
-    middleware, route matching, the request/response wrapper) was ~8% of the server's CPU per
-    request at 100% hits, for a route that needs none of it. Other routes and methods (405) go
+    ``routes`` (path -> handler of the body, ``server/body_routes.py``) are called directly for
+    ``POST`` to their path rather than through Starlette's middleware stack and router: that stack
+    (error and exception middleware, route matching, the request/response wrapper) was ~8% of the
+    server's CPU per request at 100% hits, for routes that need none of it. ``chat`` is the chat
+    route's handler (the same as ``routes={CHAT_PATH: chat}``). Other routes and methods (405) go
     through Starlette.
 
-    The order for a chat request is what keeps slow and leaving clients cheap: its body is read
-    before it counts as in flight (a thousand clients stalling mid-body hold connections until
+    The order for a body route's request is what keeps slow and leaving clients cheap: its body is
+    read before it counts as in flight (a thousand clients stalling mid-body hold connections until
     ``body_timeout``, never the places of ``max_concurrency``), and once read, one watch covers the
-    turn and its answer (a client that leaves cancels the turn and its main call).
+    handler and its answer (a client that leaves cancels the turn and its main call). Every body
+    route gets all of it, so no route is a way around a limit.
     """
 
-    def __init__(self, app: ASGIApp, state: ServerState, chat: ChatHandler | None = None) -> None:
+    def __init__(
+        self,
+        app: ASGIApp,
+        state: ServerState,
+        chat: BodyHandler | None = None,
+        *,
+        routes: Mapping[str, BodyHandler] | None = None,
+    ) -> None:
         self.app = app
-        self.chat = chat
+        self.routes: dict[str, BodyHandler] = dict(routes or {})
+        if chat is not None:
+            self.routes[CHAT_PATH] = chat
         self.state = state
         self.limit = state.settings.max_concurrency
         self.max_body = state.settings.max_body_bytes
         self.body_timeout = state.settings.body_timeout
         self.auth = f"Bearer {state.api_key}".encode() if state.api_key else None
+        # LiteLLM's Generic Guardrail API sends its configured key as ``x-api-key``.
+        self.key = state.api_key.encode() if state.api_key else None
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -108,12 +126,15 @@ class OperationsMiddleware:
             return
         request_id = None
         authorization = None
+        api_key = None
         length = None
         for name, value in scope["headers"]:
             if name == b"x-request-id":
                 request_id = value.decode("latin-1")
             elif name == b"authorization":
                 authorization = value
+            elif name == b"x-api-key":
+                api_key = value
             elif name == b"content-length":
                 length = value
         if request_id is None or not _SANE_ID.fullmatch(request_id):
@@ -124,16 +145,18 @@ class OperationsMiddleware:
 
         try:
             path: str = scope["path"]
+            handler = self.routes.get(path)
             if (
                 self.auth is not None
-                and path.startswith("/v1/")
-                and (authorization is None or not hmac.compare_digest(authorization, self.auth))
+                and (handler is not None or path.startswith("/v1/"))
+                and not self._authorized(authorization, api_key)
             ):
                 self.state.metrics.reject("auth")
                 await _refuse(
                     send_with_id,
                     RequestError(
-                        "Incorrect or missing API key: send 'Authorization: Bearer <key>'.",
+                        "Incorrect or missing API key: send 'Authorization: Bearer <key>' "
+                        "(or 'x-api-key: <key>').",
                         status=401,
                         code="invalid_api_key",
                         headers={"WWW-Authenticate": "Bearer"},
@@ -142,7 +165,7 @@ class OperationsMiddleware:
                     receive,
                 )
                 return
-            if path != CHAT_PATH or self.chat is None or scope["method"] != "POST":
+            if handler is None or scope["method"] != "POST":
                 await self.app(scope, receive, send_with_id)
                 return
             if length is not None:
@@ -186,7 +209,7 @@ class OperationsMiddleware:
             state.in_flight += 1
             try:
                 with HookWatch(hook) if hook is not None else TaskWatch(receive):
-                    response = await self.chat(raw)
+                    response = await handler(raw)
                     if isinstance(response, JSONResponse | EventStream):  # no wrapper on send
                         await response.write(send, receive, id_header)
                     else:
@@ -198,10 +221,18 @@ class OperationsMiddleware:
         finally:
             REQUEST_ID.reset(token)
 
+    def _authorized(self, authorization: bytes | None, api_key: bytes | None) -> bool:
+        """Whether the request carries the client key, as ``Authorization: Bearer <key>`` or as
+        ``x-api-key: <key>`` (compared in constant time)."""
+        assert self.auth is not None and self.key is not None
+        if authorization is not None and hmac.compare_digest(authorization, self.auth):
+            return True
+        return api_key is not None and hmac.compare_digest(api_key, self.key)
+
     async def _read_body(
         self, receive: Receive, send: Send, scope: Scope, first: Message | None = None
     ) -> bytes | None:
-        """The chat request's body, read before the request counts against the concurrency limit
+        """A body route's request body, read before the request counts against the concurrency limit
         (a client that sends its body slowly holds a connection, not a turn's place) and within
         ``body_timeout``. None when it was refused (413, 408: answered) or the client left.
         ``first``: a message the caller already received. (When the whole request has arrived,
@@ -273,6 +304,13 @@ def create_app(
         rails = {config_id: LLMRails(config) for config_id, config in load_configs(settings.config).items()}
     state = ServerState(settings, rails)
     handlers = Handlers(state)
+    body_routes: dict[str, BodyHandler] = {
+        CHAT_PATH: handlers.turn,
+        CHECKS_PATH: ChecksHandler(state).handle,
+        LITELLM_PATH: LiteLLMHandler(state).handle,
+    }
+    if tuple(body_routes) != BODY_ROUTES:  # one list of body routes (server/body_routes.py)
+        raise RuntimeError(f"body routes {list(body_routes)} differ from BODY_ROUTES {list(BODY_ROUTES)}")
 
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
@@ -290,6 +328,11 @@ def create_app(
 
     routes = [
         Route(CHAT_PATH, handlers.chat, methods=["POST"]),
+        *(
+            Route(path, _through_router(handler, state), methods=["POST"])
+            for path, handler in body_routes.items()
+            if path != CHAT_PATH
+        ),
         Route("/v1/models", handlers.models, methods=["GET"]),
         Route("/v1/rails/configs", handlers.configs, methods=["GET"]),
         Route("/health/live", handlers.live, methods=["GET"]),
@@ -298,7 +341,22 @@ def create_app(
     ]
     app = Starlette(routes=routes, lifespan=lifespan, exception_handlers={404: _not_found, 405: _not_allowed})
     app.state.guardcache = state
-    return OperationsMiddleware(app, state, chat=handlers.turn)
+    return OperationsMiddleware(app, state, routes=body_routes)
+
+
+def _through_router(handler: BodyHandler, state: ServerState) -> Callable[[Any], Awaitable[ASGIApp]]:
+    """A body route as a Starlette endpoint, for an app mounted without the middleware (which
+    serves these routes itself, with every limit): the body read within ``max_body_bytes``."""
+
+    async def endpoint(request: Any) -> ASGIApp:
+        try:
+            raw = await read_body(request.receive, state.settings.max_body_bytes)
+        except RequestError as exc:
+            state.metrics.reject(reject_reason(exc))
+            return json_response(exc.body(), exc.status, exc.headers or None)
+        return await handler(raw)
+
+    return endpoint
 
 
 async def _not_found(request: Any, exc: Exception) -> Any:
@@ -324,7 +382,9 @@ def app_from_env() -> ASGIApp:
 
 
 __all__ = [
+    "CHAT_PATH",
     "REQUEST_ID",
+    "BodyHandler",
     "OperationsMiddleware",
     "RequestIdFilter",
     "ServerState",

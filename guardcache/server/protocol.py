@@ -314,6 +314,10 @@ def _kind(value: Any) -> str:
     return type(value).__name__
 
 
+kind_of = _kind
+"""What kind of JSON value ``value`` is, for an error message (``"an array"``, ``"null"``...)."""
+
+
 def _show(value: Any) -> str:
     if isinstance(value, str):
         return "a string"
@@ -374,6 +378,7 @@ __all__ = [
     "completion_body",
     "completion_id",
     "error_body",
+    "kind_of",
     "parse_chat",
     "parse_json",
 ]

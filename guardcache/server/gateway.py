@@ -1,0 +1,272 @@
+"""The rails alone, for the routes a gateway calls per request and keeps its own LLM call:
+``POST /v1/checks`` (NeMo Guardrails' server, ``checks_api.py``) and LiteLLM's Generic Guardrail
+API (``litellm_api.py``).
+
+Why a module of its own: both routes judge texts that are not one chat turn (a conversation's
+user message and its tool results, a gateway's list of texts), so each text is an :class:`Item`:
+the variables one run of a direction's rails gets, and where in the request it came from. The
+items of one request run in one request scope (one turn record: what ``/metrics`` counts and the
+answer reports), the input rails first; a block there skips the output rails, as in a chat turn.
+Every check is the same cached check a chat turn makes, so a text a chat turn already judged is a
+cache hit here and the other way round.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import time
+from collections.abc import Mapping, Sequence
+from typing import Any, NamedTuple
+
+from guardcache.checks.verdict import RailResult
+from guardcache.config import RailGroup
+from guardcache.llm.records import request_scope
+from guardcache.rails.rail import Rail
+from guardcache.rails.runner import TurnRunner, run_group
+from guardcache.rails.turn import CheckResult, TurnInfo
+from guardcache.server.protocol import RequestError, kind_of
+from guardcache.server.state import ServerState
+
+INPUT = "input"
+OUTPUT = "output"
+
+#: What an item's text is (``kind`` in the answers): a message's text, a tool's result (judged by
+#: the input rails as the user's input: text nobody trusted), a tool call of the model (judged by
+#: the output rails as its answer: ``name(arguments)``), or one of a gateway's texts.
+MESSAGE = "message"
+TOOL_RESULT = "tool_result"
+TOOL_CALL = "tool_call"
+TEXT = "text"
+
+
+class Item(NamedTuple):
+    """One run of a direction's rails: its variables (``user_input``, ``history`` and, for the
+    output rails, ``bot_response``), and where in the request the judged text came from."""
+
+    direction: str
+    at: int
+    kind: str
+    variables: Mapping[str, Any]
+
+
+class Outcome(NamedTuple):
+    """An item and its rails' results (the rails that ran: a group stops at its first block)."""
+
+    item: Item
+    results: list[RailResult]
+
+
+class Checked(NamedTuple):
+    """A request's checks: the turn record (``checks``, the LLM calls, hits included) and each
+    item's results, in the order the items were given."""
+
+    turn: TurnInfo
+    outcomes: list[Outcome]
+
+    @property
+    def blocked(self) -> tuple[Outcome, RailResult] | None:
+        """The first item a rail blocked, and that rail's result; None when nothing blocked."""
+        for outcome in self.outcomes:
+            for result in outcome.results:
+                if not result.allowed:
+                    return outcome, result
+        return None
+
+
+async def run_items(runner: TurnRunner, items: Sequence[Item]) -> Checked:
+    """Run each item's rails, the input items first; any input block skips the output items."""
+    inputs = [item for item in items if item.direction == INPUT]
+    outputs = [item for item in items if item.direction == OUTPUT]
+    with request_scope() as explain:
+        turn = TurnInfo(explain)
+        outcomes = await _run(runner.input_rails, runner.input_group, inputs)
+        if outputs and all(r.allowed for o in outcomes for r in o.results):
+            outcomes += await _run(runner.output_rails, runner.output_group, outputs)
+        turn.checks = CheckResult(
+            tuple(r for o in outcomes if o.item.direction == INPUT for r in o.results),
+            tuple(r for o in outcomes if o.item.direction == OUTPUT for r in o.results),
+        )
+    return Checked(turn, outcomes)
+
+
+async def _run(rails: Sequence[Rail], group: RailGroup, items: Sequence[Item]) -> list[Outcome]:
+    """One direction's items. In order (stopping at the first block) when there is nothing to
+    overlap (one item, or every verdict cached: tasks would cost more CPU than the hits); else all
+    at once, so a long conversation's misses wait for one backend round trip, not one per text."""
+    if not items:
+        return []
+    if len(items) == 1 or all(_cached(rail, item.variables) for item in items for rail in rails):
+        outcomes: list[Outcome] = []
+        for item in items:
+            results = await run_group(rails, item.variables, group)
+            outcomes.append(Outcome(item, results))
+            if not all(r.allowed for r in results):
+                break
+        return outcomes
+    ran = await asyncio.gather(*(run_group(rails, item.variables, group) for item in items))
+    return [Outcome(item, results) for item, results in zip(items, ran, strict=True)]
+
+
+def _cached(rail: Rail, variables: Mapping[str, Any]) -> bool:
+    try:
+        return rail.check.cached(variables)
+    except Exception:  # a text the check cannot read: its own run decides
+        return False
+
+
+def need_rails(runner: TurnRunner, direction: str, config_id: str, param: str) -> None:
+    """A 400 naming ``param`` when the config has no rails of ``direction``: an answer would read
+    as "passed" with no rail run."""
+    rails = runner.input_rails if direction == INPUT else runner.output_rails
+    if not rails:
+        raise RequestError(
+            f"Config {config_id!r} has no {direction} rails: nothing would check this request.",
+            param=param,
+            code="no_rails",
+        )
+
+
+def select_config_id(state: ServerState, *sources: tuple[Any, str], model: str | None = None) -> str:
+    """The config a gateway request goes to: ``config_id`` (or NeMo's one-element ``config_ids``)
+    in any of ``sources`` (an object and the prefix naming it in errors: NeMo puts them in
+    ``guardrails``, guardcache's chat route at the top), which must agree; else as a chat request
+    (the only config, or the one ``model`` names). 400/404 naming the field."""
+    chosen: str | None = None
+    named = ""
+    for source, prefix in sources:
+        if not isinstance(source, dict):
+            continue
+        for key in ("config_id", "config_ids"):
+            value = source.get(key)
+            if value is None:
+                continue
+            where = prefix + key
+            if key == "config_id":
+                if not isinstance(value, str):
+                    raise RequestError(f"'{where}' must be a string, not {kind_of(value)}.", param=where)
+                ids = [value] if value else []
+            else:
+                if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+                    raise RequestError(f"'{where}' must be an array of strings.", param=where)
+                if len(value) > 1:
+                    raise RequestError(
+                        f"'{where}': combining configs is not supported; send one config_id.", param=where
+                    )
+                ids = value
+            for config_id in ids:
+                if chosen is not None and config_id != chosen:
+                    raise RequestError(f"'{named}' and '{where}' name different configs.", param=where)
+                chosen, named = config_id, where
+    try:
+        return state.select(chosen, model)
+    except RequestError as exc:
+        if named:
+            exc.param = named
+        raise
+
+
+def tool_call_texts(calls: Any, where: str) -> list[str]:
+    """The text each of a model's tool calls is judged as: ``name(arguments)``, the arguments as
+    compact JSON when they parse (so escapes are judged as what the tool will read), else as sent.
+    A 400 naming the field for a call that is not OpenAI's shape."""
+    if calls is None:
+        return []
+    if not isinstance(calls, list):
+        raise RequestError(f"'{where}' must be an array of tool calls.", param=where)
+    texts = []
+    for j, call in enumerate(calls):
+        at = f"{where}[{j}]"
+        function = call.get("function") if isinstance(call, dict) else None
+        if not isinstance(function, dict):
+            raise RequestError(f"'{at}.function' must be an object (name and arguments).", param=at)
+        name, arguments = function.get("name"), function.get("arguments", "")
+        if not isinstance(name, str) or not name:
+            raise RequestError(
+                f"'{at}.function.name' must be a non-empty string.", param=f"{at}.function.name"
+            )
+        if isinstance(arguments, str):
+            with contextlib.suppress(ValueError, RecursionError):
+                arguments = json.dumps(json.loads(arguments), ensure_ascii=False)
+        elif isinstance(arguments, dict):  # some SDKs send them parsed
+            arguments = json.dumps(arguments, ensure_ascii=False)
+        else:
+            raise RequestError(
+                f"'{at}.function.arguments' must be a string (JSON).", param=f"{at}.function.arguments"
+            )
+        texts.append(f"{name}({arguments})")
+    return texts
+
+
+def rail_reports(outcomes: Sequence[Outcome], position: str) -> list[dict[str, Any]]:
+    """Each rail that ran, what it judged and how it decided: ``verdict`` is the guard's
+    (``"allowed"``/``"blocked"``; null when the rail got none), ``allowed`` the decision (the
+    verdict's, else ``on_error``'s or a block), ``from_cache`` whether the verdict was a cache hit,
+    ``error_kind`` the failure's class when there was no verdict. ``position`` names the index
+    field (``message`` or ``text``)."""
+    reports = []
+    for outcome in outcomes:
+        item = outcome.item
+        for r in outcome.results:
+            report: dict[str, Any] = {
+                "rail": r.flow,
+                "direction": item.direction,
+                position: item.at,
+                "kind": item.kind,
+                "verdict": None if r.error is not None else ("allowed" if r.allowed else "blocked"),
+                "allowed": r.allowed,
+                "categories": list(r.categories),
+                "from_cache": r.from_cache,
+            }
+            if r.error is not None:
+                report["error_kind"] = r.error_kind
+            reports.append(report)
+    return reports
+
+
+def extension(checked: Checked, config_id: str, position: str) -> dict[str, Any]:
+    """guardcache's own fields beside a gateway answer: the config, why it blocked (``reason``:
+    ``verdict`` or ``no_verdict``), the rails without a verdict, each rail's report, and how many
+    verdicts came from the cache."""
+    checks = checked.turn.checks
+    body: dict[str, Any] = {"config_id": config_id}
+    reason = checks.reason
+    if reason is not None:
+        body["reason"] = reason
+    no_verdict = checks.no_verdict
+    if no_verdict:
+        body["no_verdict"] = list(no_verdict)
+    body["rails"] = rail_reports(checked.outcomes, position)
+    body["cache_hits"] = sum(1 for o in checked.outcomes for r in o.results if r.from_cache)
+    return body
+
+
+def observe(state: ServerState, config_id: str, checked: Checked, mode: str, started: float) -> None:
+    """Count the request's checks in ``/metrics`` like a turn's (``mode``: ``checks``,
+    ``litellm``), by what decided it."""
+    found = checked.blocked
+    outcome = f"blocked_{found[0].item.direction}" if found is not None else "allowed"
+    state.metrics.observe_turn(
+        config_id, checked.turn, mode=mode, outcome=outcome, seconds=time.monotonic() - started
+    )
+
+
+__all__ = [
+    "INPUT",
+    "MESSAGE",
+    "OUTPUT",
+    "TEXT",
+    "TOOL_CALL",
+    "TOOL_RESULT",
+    "Checked",
+    "Item",
+    "Outcome",
+    "extension",
+    "need_rails",
+    "observe",
+    "rail_reports",
+    "run_items",
+    "select_config_id",
+    "tool_call_texts",
+]
