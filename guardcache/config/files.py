@@ -114,13 +114,16 @@ class ConfigLimits:
 DEFAULT_LIMITS = ConfigLimits()
 
 
-def _megabytes(size: int) -> str:
+def _size_text(size: int) -> str:
+    """A size as an operator reads it in an error (``0.6 KB``, ``50 MB``)."""
     if size < 1024 * 1024:
         return f"{round(size / 1024, 1):g} KB"
     return f"{round(size / (1024 * 1024), 1):g} MB"
 
 
 def _kind(mode: int) -> str:
+    """What a path that is no regular file is, for its error: the one test of a path's kind, which
+    the walk (a folder's entries) and the reader (a file read) share."""
     if stat.S_ISDIR(mode):
         return "a folder"
     if stat.S_ISFIFO(mode):
@@ -268,7 +271,7 @@ class ConfigReader:
 
     def _over_file(self, size: int) -> str:
         return (
-            f"{_megabytes(size)} ({size} bytes), over the {_megabytes(self.limits.file_bytes)} limit "
+            f"{_size_text(size)} ({size} bytes), over the {_size_text(self.limits.file_bytes)} limit "
             "for a config file (config files are a few KB; is this the right file?)"
         )
 
@@ -282,8 +285,8 @@ class ConfigReader:
         total = self.bytes_read + planned + size
         if total > self.limits.total_bytes:
             raise _OverBudget(
-                f"{name}: {_megabytes(size)} more would bring this config's files to "
-                f"{_megabytes(total)} ({total} bytes), over the {_megabytes(self.limits.total_bytes)} "
+                f"{name}: {_size_text(size)} more would bring this config's files to "
+                f"{_size_text(total)} ({total} bytes), over the {_size_text(self.limits.total_bytes)} "
                 "limit for one config's files together (config files are a few KB; is this the right "
                 "folder?)"
             )
@@ -343,7 +346,7 @@ class ConfigReader:
             raise ConfigError(f"{path}: cannot read ({exc.strerror or exc})") from None
         if len(data) > limit:
             raise ConfigError(
-                f"{path}: over the {_megabytes(limit)} limit for a config file (it grew while read)"
+                f"{path}: over the {_size_text(limit)} limit for a config file (it grew while read)"
             )
         if len(data) > info.st_size:  # grew since the stat: count what was read
             self._take(path, len(data) - info.st_size)
