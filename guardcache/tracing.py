@@ -139,14 +139,16 @@ class _RailResult(Protocol):
 RR = TypeVar("RR", bound=_RailResult)
 
 
-async def traced_rail(name: str, run: Awaitable[RR]) -> RR:
+async def traced_rail(name: str, run: Awaitable[RR], kind: str = "message") -> RR:
     """Await a rail's ``run`` inside its span (current while it runs, so backend calls are its
-    children). Only called when :data:`TRACER` is set."""
+    children). Only called when :data:`TRACER` is set. ``kind``: what the rail judged (the
+    message, a tool result, a tool call), the span's ``guardcache.rail.kind``."""
     tracer = TRACER
     if tracer is None:  # turned off between the caller's look and now
         return await run
     trace, context = _otel
-    span = tracer.start_span("guardcache.rail", attributes={"guardcache.rail": name})
+    attributes = {"guardcache.rail": name, "guardcache.rail.kind": kind}
+    span = tracer.start_span("guardcache.rail", attributes=attributes)
     token = context.attach(trace.set_span_in_context(span))
     marker = _RAIL_SPAN.set(span)
     try:

@@ -167,6 +167,15 @@ def _intern(table: dict[T, T], value: T) -> T:
     return value
 
 
+#: ``RailResult.kind``: what a rail judged. A user's message or the main model's answer text;
+MESSAGE = "message"
+#: a tool result (a ``role: "tool"`` message: untrusted text the main model is about to read);
+TOOL_RESULT = "tool_result"
+#: a tool call of the main model (its function name and arguments, before the caller runs it).
+TOOL_CALL = "tool_call"
+KINDS = (MESSAGE, TOOL_RESULT, TOOL_CALL)
+
+
 class RailResult(NamedTuple):
     """The outcome of one rail for one turn, as the runtime and ``check_async`` report it.
 
@@ -176,6 +185,8 @@ class RailResult(NamedTuple):
     of a model: ``on_error`` for an outage, a block for everything else. A NamedTuple (immutable,
     and ~4x cheaper to build than a frozen dataclass) because one is made per rail per turn, hits
     included; what is derived from ``error`` is a property, so a verdict costs nothing more.
+    ``kind`` is what the rail judged (:data:`KINDS`): the message (the user's, or the answer), a
+    tool result or a tool call.
     """
 
     flow: str
@@ -184,6 +195,7 @@ class RailResult(NamedTuple):
     from_cache: bool = False
     duration: float = 0.0
     error: str | None = None
+    kind: str = MESSAGE
 
     @property
     def no_verdict(self) -> bool:
@@ -201,4 +213,4 @@ class RailResult(NamedTuple):
         return None if error is None else error_class(error)
 
 
-__all__ = ["CachedCheck", "RailResult", "Verdict"]
+__all__ = ["KINDS", "MESSAGE", "TOOL_CALL", "TOOL_RESULT", "CachedCheck", "RailResult", "Verdict"]

@@ -146,6 +146,7 @@ class _Handlers:
             content=generation.content,
             finish_reason=generation.finish_reason,
             usage=self._usage(generation),
+            tool_calls=generation.tool_calls() if generation.token_calls else None,
         )
         emu.metrics.record_status(CHAT, "200")
         if fault is Fault.INVALID_BODY:
@@ -165,9 +166,16 @@ class _Handlers:
         completed = False
         try:
             first = True
+            position = 0
             async for token in gen.stream():
-                delta = {"role": "assistant", "content": token} if first else {"content": token}
+                if gen.token_calls:  # a tool call's arguments, token by token
+                    delta = gen.tool_call_delta(position, token)
+                    if first:
+                        delta = {"role": "assistant", "content": None, **delta}
+                else:
+                    delta = {"role": "assistant", "content": token} if first else {"content": token}
                 first = False
+                position += 1
                 yield sse(chunk_body(delta=delta, **common))
             if fault is Fault.INVALID_BODY:
                 yield f'data: {{"id": "{cid}", "object": "chat.completion.ch\n\n'.encode()

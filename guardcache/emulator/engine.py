@@ -31,6 +31,7 @@ from .protocol import ChatRequest
 from .scheduler import LatencyModel, SlotGate, Stopper
 from .stats import EmulatorStats
 from .tokens import Tokenizer, input_digest, prompt_digest_of_tokens
+from .tools import tool_calls_for
 
 
 class ContextLengthExceeded(Exception):
@@ -68,9 +69,21 @@ class Generation:
         self.prepared = prepared
         self._alloc = alloc
         limit = prepared.max_tokens
-        tokens = emulator.tokenizer.tokenize(content) or [""]
+        calls = prepared.decision.tool_calls
+        # A tool call's tokens are its arguments' (each call's index beside each token).
+        self.token_calls: list[int] = []
+        if calls:
+            tokens = []
+            for i, call in enumerate(calls):
+                pieces = emulator.tokenizer.tokenize(call.arguments) or [""]
+                tokens += pieces
+                self.token_calls += [i] * len(pieces)
+        else:
+            tokens = emulator.tokenizer.tokenize(content) or [""]
         self.tokens = tokens[:limit]
-        self.finish_reason = "length" if len(tokens) > limit else "stop"
+        self.token_calls = self.token_calls[:limit]
+        done = "tool_calls" if calls else "stop"
+        self.finish_reason = "length" if len(tokens) > limit else done
         self.prompt_tokens = len(prepared.prompt)
         self.cached_tokens = alloc.cached_tokens
         self.first_token_at: float | None = None
@@ -78,7 +91,31 @@ class Generation:
 
     @property
     def content(self) -> str:
-        return "".join(self.tokens)
+        return "" if self.token_calls else "".join(self.tokens)
+
+    def tool_calls(self) -> list[dict[str, Any]]:
+        """The tool calls of the answer (OpenAI's shape), their arguments cut with the tokens."""
+        calls = self.prepared.decision.tool_calls
+        arguments = [""] * len(calls)
+        for i, token in zip(self.token_calls, self.tokens, strict=True):
+            arguments[i] += token
+        return [
+            {"id": c.id, "type": "function", "function": {"name": c.name, "arguments": arguments[i]}}
+            for i, c in enumerate(calls)
+            if i <= (self.token_calls[-1] if self.token_calls else -1)
+        ]
+
+    def tool_call_delta(self, position: int, token: str) -> dict[str, Any]:
+        """The streamed delta of the token at ``position``: a call's first token carries its id
+        and name, as OpenAI streams them."""
+        i = self.token_calls[position]
+        call = self.prepared.decision.tool_calls[i]
+        if position == 0 or self.token_calls[position - 1] != i:
+            function = {"name": call.name, "arguments": token}
+            entry: dict[str, Any] = {"index": i, "id": call.id, "type": "function", "function": function}
+        else:
+            entry = {"index": i, "function": {"arguments": token}}
+        return {"tool_calls": [entry]}
 
     @property
     def completion_tokens(self) -> int:
@@ -167,8 +204,20 @@ class Emulator:
         digest = prompt_digest_of_tokens(prompt)
         self.metrics.record_prompt(digest)
         max_tokens = self._completion_budget(request, len(prompt))
-        decision = self.model.decide(request.messages)
+        decision = self._tool_decision(request) or self.model.decide(request.messages)
         return Prepared(request, prompt, digest, decision, time.monotonic(), max_tokens)
+
+    @staticmethod
+    def _tool_decision(request: ChatRequest) -> Decision | None:
+        """The main model's tool behaviour (``tools.py``), None when the request is no tool turn."""
+        found = tool_calls_for(
+            request.messages, request.tools, request.tool_choice, request.parallel_tool_calls
+        )
+        if found is None:
+            return None
+        if isinstance(found, str):
+            return Decision("tool_answer", found)
+        return Decision("tool_call", "", tool_calls=found)
 
     def _completion_budget(self, request: ChatRequest, prompt_tokens: int) -> int:
         """vLLM's check: an explicit max_tokens must fit beside the prompt; without one, the prompt

@@ -36,6 +36,8 @@ unless said otherwise, because every guard template ends with its instruction):
    ``off-topic`` when the last user message matches the policy's ``topic_control.off_topic`` or
    shares no content word with the rules (greetings are on-topic), else ``on-topic``.
 7. Anything else: ``You said: <last user message>``, so the emulator can stand in for a main LLM.
+   Before this rule, a request with tools or ending with a tool result gets the main model's tool
+   behaviour (``tools.py``: ``call_tool <name> {...}`` in the user's message is a tool call).
 
 A safety guard (``safety_guard=True``: Nemotron 3.5 Content Safety, the vision model of NeMo's
 ``content_safety_vision`` example) answers every request in its own format instead, as its chat
@@ -64,6 +66,7 @@ from typing import Any, Literal
 from .images import read_images
 from .policy import Policy, matched_categories
 from .tokens import message_text
+from .tools import ToolCall
 
 DecisionKind = Literal[
     "content_safety_input",
@@ -79,6 +82,8 @@ DecisionKind = Literal[
     "safety_guard_input",
     "safety_guard_output",
     "echo",
+    "tool_call",
+    "tool_answer",
 ]
 
 _BEGIN = "<BEGIN CONVERSATION>"
@@ -150,6 +155,7 @@ class Decision:
     kind: DecisionKind
     content: str
     categories: tuple[str, ...] = ()
+    tool_calls: tuple[ToolCall, ...] = ()  # kind "tool_call": the calls (see tools.py)
 
     @property
     def is_json(self) -> bool:

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from .config import CachedTokensField
+from .tools import function_names
 
 _ROLES = frozenset({"system", "user", "assistant", "tool", "developer", "function"})
 
@@ -40,6 +41,9 @@ class ChatRequest:
     stream: bool
     include_usage: bool
     max_tokens_given: bool = True  # False: max_tokens is the server default, capped by the context
+    tools: tuple[str, ...] = ()  # the function names ``tools`` offers (see tools.py)
+    tool_choice: Any = None
+    parallel_tool_calls: bool = True
 
     @classmethod
     def from_body(cls, body: Any, *, default_model: str, default_max_tokens: int) -> ChatRequest:
@@ -70,6 +74,9 @@ class ChatRequest:
         options = body.get("stream_options") or {}
         if not isinstance(options, Mapping):
             raise RequestError("'stream_options' must be an object.", "stream_options")
+        tools = body.get("tools")
+        if tools is not None and not isinstance(tools, list):
+            raise RequestError("'tools' must be an array.", "tools")
         return cls(
             messages=tuple(messages),
             model=model,
@@ -77,6 +84,9 @@ class ChatRequest:
             stream=bool(stream),
             include_usage=bool(options.get("include_usage", False)),
             max_tokens_given=given,
+            tools=function_names(tools),
+            tool_choice=body.get("tool_choice"),
+            parallel_tool_calls=body.get("parallel_tool_calls") is not False,
         )
 
 
@@ -116,7 +126,12 @@ def completion_body(
     finish_reason: str,
     usage: dict[str, Any],
     created: int | None = None,
+    tool_calls: list[dict[str, Any]] | None = None,
 ) -> dict[str, Any]:
+    """A ``chat.completion``; with ``tool_calls``, the message's content is null and holds them."""
+    message: dict[str, Any] = {"role": "assistant", "content": content}
+    if tool_calls:
+        message = {"role": "assistant", "content": content or None, "tool_calls": tool_calls}
     return {
         "id": completion_id,
         "object": "chat.completion",
@@ -125,7 +140,7 @@ def completion_body(
         "choices": [
             {
                 "index": 0,
-                "message": {"role": "assistant", "content": content},
+                "message": message,
                 "finish_reason": finish_reason,
                 "logprobs": None,
             }

@@ -198,6 +198,8 @@ class ChatClient:
             :data:`CHECK_LIMITS` for a guard, :data:`MAIN_LIMITS` for a main model's answers.
         key_note: why no key is sent although one is set (a 401's hint says it instead of "the key
             is not set"): e.g. ``NVIDIA_API_KEY`` kept off a plain http:// URL.
+        tool_calls: a main model's client: an answer may hold tool calls (null content), returned
+            in ``ChatResult.tool_calls`` for the rails to judge; a guard's (False) never.
 
     The instance holds no loop-bound resource when it uses the pool, so one ChatClient can serve
     many ``asyncio.run`` calls; each loop gets its own pooled connections.
@@ -221,6 +223,7 @@ class ChatClient:
         sleep: Callable[[float], Awaitable[None]] | None = None,
         limits: WireLimits = CHECK_LIMITS,
         key_note: str | None = None,
+        tool_calls: bool = False,
     ) -> None:
         if transport is not None and http_client is not None:
             raise ValueError("ChatClient: pass either transport or http_client, not both")
@@ -273,6 +276,7 @@ class ChatClient:
         self._sleep = sleep if sleep is not None else asyncio.sleep
         self.limits = limits
         self.key_note = key_note
+        self.tool_calls = tool_calls
         self.retry_log = RateLimitedLog(logger, interval=RETRY_LOG_INTERVAL)
 
     @classmethod
@@ -463,6 +467,7 @@ class ChatClient:
                     duration=time.monotonic() - call.started,
                     finish_reason=outcome.finish_reason,
                     attempts=call.attempts,
+                    tool_calls=outcome.tool_calls,
                 )
             failure = call.last = outcome
             if not failure.retryable or call.attempts >= max_attempts:
@@ -702,7 +707,7 @@ class ChatClient:
 
     def _parse(self, response: Reply) -> ChatResult | _Failure:
         try:
-            completion = read_completion(response.json())
+            completion = read_completion(response.json(), tools=self.tool_calls)
         except DeclinedAnswer as exc:
             return _Failure(
                 BackendDeclinedError,
@@ -722,6 +727,7 @@ class ChatClient:
             usage=usage,
             duration=0.0,  # the caller measures the whole call
             finish_reason=completion.finish_reason,
+            tool_calls=completion.tool_calls,
         )
 
     def _protocol_failure(self, what: str, cause: BaseException | None = None) -> _Failure:

@@ -35,10 +35,16 @@ class Completion:
     finish_reason: str | None
     model: str | None
     usage: object  # the raw ``usage`` value, for :func:`parse_usage`
+    tool_calls: tuple[Any, ...] = ()  # as sent (``read_completion(tools=True)`` only)
 
 
-def read_completion(data: object) -> Completion:
+def read_completion(data: object, *, tools: bool = False) -> Completion:
     """Pick ``choices[0].message.content`` and friends out of a decoded JSON body.
+
+    ``tools`` (a main model's answers): a message with ``tool_calls`` may have null content (read
+    as ""), and its tool calls are returned as they are, whatever their shape (a ``tool_calls``
+    that is not an array is one item): the rails judge them, and a malformed one blocks the turn.
+    A guard's answer (``tools`` False) is text or nothing: a tool call is no verdict.
 
     Raises:
         DeclinedAnswer: the model declined (see the class); checked before the content's type,
@@ -54,6 +60,13 @@ def read_completion(data: object) -> Completion:
     message = choice.get("message")
     content = message.get("content") if isinstance(message, dict) else None
     finish_reason = choice.get("finish_reason")
+    calls: tuple[Any, ...] = ()
+    if tools and isinstance(message, dict):
+        raw = message.get("tool_calls")
+        if raw is not None and raw != []:
+            calls = tuple(raw) if isinstance(raw, list) else (raw,)
+            if content is None:
+                content = ""
     if finish_reason == "content_filter":
         raise DeclinedAnswer("finish_reason content_filter (the provider's filter withheld the answer)")
     if not isinstance(content, str):
@@ -71,6 +84,7 @@ def read_completion(data: object) -> Completion:
         finish_reason=finish_reason if isinstance(finish_reason, str) else None,
         model=model if isinstance(model, str) and model else None,
         usage=data.get("usage"),
+        tool_calls=calls,
     )
 
 

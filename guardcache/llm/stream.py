@@ -14,7 +14,7 @@ a plain call would (after its one attempt); a failure after it ends the stream w
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
-from typing import Protocol
+from typing import Any, Protocol
 
 from guardcache.errors import BackendError, BackendProtocolError
 from guardcache.llm.response import parse_usage
@@ -38,14 +38,57 @@ class StreamSource(Protocol):
 
 
 class StreamTotals:
-    """What a finished stream reported besides its text: usage (``stream_options.include_usage``)
-    and the finish reason. Filled in by the stream as it ends."""
+    """What a finished stream reported besides its text: usage (``stream_options.include_usage``),
+    the finish reason, and its tool calls, assembled from their deltas (never yielded: a tool call
+    is judged whole, see ``guardcache.rails.tools``). Filled in by the stream as it goes."""
 
-    __slots__ = ("finish_reason", "usage")
+    __slots__ = ("_calls", "finish_reason", "usage")
 
     def __init__(self) -> None:
         self.usage: Usage | None = None
         self.finish_reason: str | None = None
+        self._calls: dict[Any, Any] | None = None
+
+    def add_tool_call_delta(self, delta: Any) -> None:
+        """Add one streamed tool-call delta (``{"index", "id"?, "type"?, "function": {"name"?,
+        "arguments"?}}``): strings are concatenated per index, as the OpenAI SDK accumulates them.
+        A delta that is not of that shape is kept as it is, so the assembled calls fail their
+        validation (a malformed tool call blocks the turn, it is never dropped)."""
+        calls = self._calls
+        if calls is None:
+            calls = self._calls = {}
+        index = delta.get("index") if isinstance(delta, dict) else None
+        function = delta.get("function") if isinstance(delta, dict) else None
+        if not isinstance(index, int) or isinstance(index, bool) or not isinstance(function, dict | None):
+            calls[("malformed", len(calls))] = delta
+            return
+        call = calls.get(index)
+        if call is None:
+            call = calls[index] = {"id": "", "type": "function", "function": {"name": "", "arguments": ""}}
+        elif not isinstance(call, dict):
+            return
+        for key in ("id", "type"):
+            value = delta.get(key)
+            if isinstance(value, str):
+                call[key] = value if key == "type" else call[key] + value
+            elif value is not None:
+                call[key] = value  # not a string: kept, so the call fails its validation
+        for key, value in (function or {}).items():
+            if isinstance(value, str) and isinstance(call["function"].get(key, ""), str):
+                call["function"][key] = call["function"].get(key, "") + value
+            elif value is not None:
+                call["function"][key] = value
+
+    @property
+    def tool_calls(self) -> tuple[Any, ...]:
+        """The tool calls assembled so far, by index (``()`` when the stream had none)."""
+        calls = self._calls
+        if not calls:
+            return ()
+        ordered = sorted(
+            calls.items(), key=lambda item: (1, item[0][1]) if isinstance(item[0], tuple) else (0, item[0])
+        )
+        return tuple(call for _, call in ordered)
 
 
 async def read_events(
@@ -107,6 +150,10 @@ async def read_events(
         content = delta.get("content") if isinstance(delta, dict) else None
         if isinstance(content, str) and content:
             yield content
+        calls = delta.get("tool_calls") if isinstance(delta, dict) else None
+        if calls is not None:
+            for call in calls if isinstance(calls, list) else (calls,):
+                totals.add_tool_call_delta(call)
     if not done and totals.finish_reason is None:
         raise BackendError(
             f"the stream from {client.url} (model {client.model!r}) ended before the answer was "

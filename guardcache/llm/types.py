@@ -7,6 +7,7 @@ being able to change what the others see.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 
 @dataclass(slots=True, frozen=True)
@@ -32,7 +33,9 @@ class ChatResult:
 
     ``duration`` is measured with ``time.monotonic()`` over the whole call, retries and backoff
     included, because that is the latency the guarded request actually paid. ``attempts`` counts
-    HTTP requests sent (1 = no retry).
+    HTTP requests sent (1 = no retry). ``tool_calls``: the answer's tool calls as the model sent
+    them (a main model's client only, ``ChatClient(tool_calls=True)``; unchecked and unvalidated:
+    the rails judge them, ``guardcache.rails.tools``).
     """
 
     content: str
@@ -40,6 +43,7 @@ class ChatResult:
     duration: float
     finish_reason: str | None = None
     attempts: int = 1
+    tool_calls: tuple[Any, ...] = ()
 
 
 __all__ = ["ChatResult", "Usage"]

@@ -36,6 +36,7 @@ def build_client(model: ModelConfig) -> ChatClient:
         # A guard's answer is a verdict of a few tokens; the main model's can be long.
         limits=MAIN_LIMITS if model.type == "main" else CHECK_LIMITS,
         key_note=model.unsent_key_note(),
+        tool_calls=model.type == "main",  # the main model may call tools; a guard's answer is text
     )
 
 

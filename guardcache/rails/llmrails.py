@@ -59,39 +59,53 @@ class LLMRails:
     # -- the public API --------------------------------------------------------------------------
 
     @overload
-    async def generate_async(self, prompt: str, messages: None = None) -> str: ...
+    async def generate_async(self, prompt: str, messages: None = None, **params: Any) -> str: ...
     @overload
-    async def generate_async(self, prompt: None = None, *, messages: Sequence[Any]) -> dict[str, str]: ...
+    async def generate_async(
+        self, prompt: None = None, *, messages: Sequence[Any], **params: Any
+    ) -> dict[str, Any]: ...
     @overload
-    async def generate_async(self, prompt: Sequence[Any]) -> dict[str, str]: ...
+    async def generate_async(self, prompt: Sequence[Any], **params: Any) -> dict[str, Any]: ...
 
     async def generate_async(
-        self, prompt: str | Sequence[Any] | None = None, messages: Sequence[Any] | None = None
-    ) -> str | dict[str, str]:
+        self, prompt: str | Sequence[Any] | None = None, messages: Sequence[Any] | None = None, **params: Any
+    ) -> str | dict[str, Any]:
         """Run one guarded turn.
 
         As NeMo Guardrails: ``generate_async(prompt="...")`` (or a string first argument) returns
         the reply text; ``generate_async(messages=[...])`` returns ``{"role": "assistant",
-        "content": ...}`` (a list as first argument, guardcache's earlier form, too). A turn blocked
-        by any rail gets the refusal text; a rail that failed follows its ``on_error``.
+        "content": ...}`` (a list as first argument, guardcache's earlier form, too), with
+        ``"tool_calls"`` (OpenAI's shape) when the main model called tools and the rails let the
+        calls through, as NeMo's. A turn blocked by any rail gets the refusal text; a rail that
+        failed follows its ``on_error``.
+
+        ``params`` (``temperature``, ``max_tokens``, ``tools``, ``tool_choice``,
+        ``parallel_tool_calls``...) go to the main model for this turn, as ``stream_async``'s.
+        Tool results in ``messages`` (``role: "tool"``) are judged by the input rails, and the
+        main model's tool calls by the output rails (``guardcache.rails.tools``).
         """
         msgs, as_text = self._turn_input(prompt, messages)
-        reply = await GuardedTurn(self.runner, msgs).complete()
-        return reply if as_text else {"role": "assistant", "content": reply}
+        turn = GuardedTurn(self.runner, msgs, params)
+        reply = await turn.complete()
+        if as_text:
+            return reply
+        if turn.tool_calls:
+            return {"role": "assistant", "content": reply, "tool_calls": [dict(c) for c in turn.tool_calls]}
+        return {"role": "assistant", "content": reply}
 
     @overload
-    def generate(self, prompt: str, messages: None = None) -> str: ...
+    def generate(self, prompt: str, messages: None = None, **params: Any) -> str: ...
     @overload
-    def generate(self, prompt: None = None, *, messages: Sequence[Any]) -> dict[str, str]: ...
+    def generate(self, prompt: None = None, *, messages: Sequence[Any], **params: Any) -> dict[str, Any]: ...
     @overload
-    def generate(self, prompt: Sequence[Any]) -> dict[str, str]: ...
+    def generate(self, prompt: Sequence[Any], **params: Any) -> dict[str, Any]: ...
 
     def generate(
-        self, prompt: str | Sequence[Any] | None = None, messages: Sequence[Any] | None = None
-    ) -> str | dict[str, str]:
+        self, prompt: str | Sequence[Any] | None = None, messages: Sequence[Any] | None = None, **params: Any
+    ) -> str | dict[str, Any]:
         """Blocking :meth:`generate_async`, for code without an event loop."""
         self._refuse_inside_loop("generate")
-        turn = self.generate_async(prompt, messages)  # type: ignore[arg-type]
+        turn = self.generate_async(prompt, messages, **params)  # type: ignore[arg-type]
         return asyncio.run(self._closing(turn))
 
     def stream_async(
@@ -109,7 +123,9 @@ class LLMRails:
 
         ``params`` (``temperature``, ``max_tokens``...) override the main model's for this turn.
         The returned :class:`GuardedStream` says, once iterated, whether and where the turn was
-        blocked (``blocked``, ``rail``) and holds its record (``turn``, as ``explain()``).
+        blocked (``blocked``, ``rail``) and holds its record (``turn``, as ``explain()``) and the
+        main model's tool calls the rails let through (``tool_calls``: assembled from the stream
+        and judged whole, never yielded piece by piece).
         ``stream_main=False`` calls the main model without streaming (one piece); ``None`` streams
         it only when a piece can reach the user before the answer ends (no output rails, or output
         windows): an answer the output rails check whole is sent in one piece after its check either

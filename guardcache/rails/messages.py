@@ -21,6 +21,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from guardcache.prompts.parts import ContentParts, ImageLimits, ImagePart, read_parts
+from guardcache.rails.tools import from_langchain, read_tool_calls
 
 ROLES: Mapping[str, str] = {
     "user": "user",
@@ -36,7 +37,9 @@ ROLES: Mapping[str, str] = {
 """Every role name accepted, OpenAI's, LangChain's and NeMo's, and what it means here."""
 
 Message = dict[str, Any]
-"""``{"role": ..., "content": str}``; the last user message's content may be ``ContentParts``."""
+"""``{"role": ..., "content": str}``; the last user message's content may be ``ContentParts``; an
+assistant message may hold ``tool_calls`` (OpenAI's shape) and a tool result ``tool_call_id`` and
+``name``, passed to the main model as they are."""
 
 
 def read_messages(
@@ -60,7 +63,12 @@ def read_messages(
     for i, message in enumerate(messages):
         if type(message) is dict:
             role, content = message.get("role"), message.get("content")
-            if type(content) is str and type(role) is str and role in _CANONICAL:
+            if (
+                type(content) is str
+                and type(role) is str
+                and role in _PLAIN
+                and not message.get("tool_calls")
+            ):
                 out.append({"role": role, "content": content})
                 continue
         read = _read(message, f"{argument}[{i}]", images)
@@ -81,14 +89,34 @@ def read_messages(
 
 
 _CANONICAL = frozenset(name for name, canonical in ROLES.items() if name == canonical)
-"""Role names that read as themselves (the fast path of :func:`read_messages`)."""
+"""Role names that read as themselves."""
+_PLAIN = _CANONICAL - {"tool"}
+"""Roles whose message is its role and text alone (the fast path of :func:`read_messages`): a tool
+result also has its call's id."""
 
 
 def _read(message: Any, where: str, images: ImageLimits | None) -> Message:
+    extra: dict[str, Any] = {}
     if isinstance(message, Mapping):
         role, content = message.get("role"), message.get("content")
+        calls = message.get("tool_calls")
+        if calls:
+            extra["tool_calls"] = read_tool_calls(calls, f"{where}.tool_calls")
+        for key in ("tool_call_id", "name"):
+            value = message.get(key)
+            if value is not None:
+                if not isinstance(value, str):
+                    raise TypeError(f"{where}.{key} must be a str, not {type(value).__name__}")
+                extra[key] = value
     elif hasattr(message, "type") and hasattr(message, "content"):  # a LangChain BaseMessage
         role, content = message.type, message.content
+        calls = getattr(message, "tool_calls", None)
+        invalid = getattr(message, "invalid_tool_calls", None)
+        if calls or invalid:
+            extra["tool_calls"] = from_langchain(calls or (), invalid or ())
+        call_id = getattr(message, "tool_call_id", None)
+        if isinstance(call_id, str):
+            extra["tool_call_id"] = call_id
     else:
         raise TypeError(
             f"{where} must be a dict with 'role' and 'content' or a LangChain message, "
@@ -100,7 +128,9 @@ def _read(message: Any, where: str, images: ImageLimits | None) -> Message:
     if canonical is None:
         known = ", ".join(sorted(ROLES))
         raise ValueError(f"{where}.role: unknown role {role!r} (known: {known})")
-    return {"role": canonical, "content": _content(content, where, images)}
+    if "tool_calls" in extra and canonical != "assistant":
+        raise ValueError(f"{where}.tool_calls: only the assistant's messages call tools")
+    return {"role": canonical, "content": _content(content, where, images), **extra}
 
 
 def _content(content: Any, where: str, images: ImageLimits | None) -> str | ContentParts:

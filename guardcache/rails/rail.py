@@ -29,7 +29,7 @@ from typing import Any
 
 from guardcache import tracing
 from guardcache.checks.check import Check
-from guardcache.checks.verdict import RailResult
+from guardcache.checks.verdict import MESSAGE, RailResult
 from guardcache.errors import (
     BackendDeclinedError,
     BackendError,
@@ -61,12 +61,24 @@ class Rail:
         return self.ref.text or self.ref.name
 
     async def run(
-        self, variables: Mapping[str, Any], deadline: float | None = None, *, _traced: bool = False
+        self,
+        variables: Mapping[str, Any],
+        deadline: float | None = None,
+        *,
+        kind: str = MESSAGE,
+        _traced: bool = False,
     ) -> RailResult:
         """Run the check on this turn's texts, by ``deadline`` if given (a ``time.monotonic()``
-        value); never raises (see the module docstring). In a span when tracing is on."""
+        value); never raises (see the module docstring). In a span when tracing is on. ``kind``
+        says what the texts are (a message, a tool result, a tool call: ``RailResult.kind``)."""
         if tracing.TRACER is not None and not _traced:
-            return await tracing.traced_rail(self.name, self.run(variables, deadline, _traced=True))
+            run = self.run(variables, deadline, kind=kind, _traced=True)
+            return await tracing.traced_rail(self.name, run, kind)
+        if kind != MESSAGE:
+            return (await self._run(variables, deadline))._replace(kind=kind)
+        return await self._run(variables, deadline)
+
+    async def _run(self, variables: Mapping[str, Any], deadline: float | None) -> RailResult:
         started = time.monotonic()
         try:
             outcome = await self.check.run(variables, deadline)

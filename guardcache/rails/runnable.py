@@ -36,7 +36,8 @@ blocked at output returns the refusal in the chain's output type.
 Where guardcache differs from NeMo's ``RunnableRails``, it is to stay safe:
 
 - **No unchecked text is handed on.** The output is rebuilt from the checked text: a message keeps
-  its id and response/usage metadata, never tool calls or content parts the rails did not read.
+  its id and response/usage metadata, and the tool calls the rails judged (never content parts
+  or fields the rails did not read).
   A wrapped chain's answer that is blocked at output is replaced whatever its type (NeMo returns a
   chain's message output as it is), and a blocked dict keeps none of its other keys (they may carry
   the same text).
@@ -47,10 +48,13 @@ Where guardcache differs from NeMo's ``RunnableRails``, it is to stay safe:
 - **Errors keep their type** (a ``BackendError`` of the main model, a ``TypeError`` for a message
   of the wrong type): NeMo rewraps every error as a ``ValueError``. Nothing is passed on unchecked
   on any error.
-- **Models with tools bound are refused**: a tool call is not text the rails can check (as
-  ``guardcache serve`` refuses ``tools``); NeMo passes tool calls on unchecked. So is
-  ``rails.input.during_main`` with a wrapped chain (a chain may act; it must not start before the
-  input verdict).
+- **Tool calls are judged**: a model with tools bound (``llm.bind_tools([...])``) may answer with
+  tool calls; each is judged by the output rails (function name and arguments, see
+  ``guardcache.rails.tools``) before the reply carries it, and a ``ToolMessage`` in the input (a tool
+  result) is judged by the input rails before the model reads it. NeMo passes tool calls on
+  unchecked. A reply shaped as text (a ``str`` input) cannot carry tool calls: give messages.
+  ``rails.input.during_main`` with a wrapped chain is refused (a chain may act; it must not start
+  before the input verdict).
 - ``a | b`` never changes ``a``: it returns a new ``RunnableRails`` (sharing ``a``'s caches). NeMo
   sets ``b`` as the llm of ``a`` and returns ``a``.
 - ``stream``/``astream`` on a ``str`` input yield ``str`` pieces (NeMo yields ``AIMessageChunk``):
@@ -90,12 +94,13 @@ from langchain_core.runnables.config import get_config_list
 from guardcache.config import RailsConfig
 from guardcache.errors import ConfigError
 from guardcache.llm.stream import StreamTotals
-from guardcache.llm.types import Usage
+from guardcache.llm.types import ChatResult
 from guardcache.rails.llmrails import LLMRails
-from guardcache.rails.main_llm import LangChainLLM
+from guardcache.rails.main_llm import LangChainLLM, add_tool_call_chunks
 from guardcache.rails.messages import Message, read_messages
 from guardcache.rails.runner import GuardedTurn, TurnRunner
 from guardcache.rails.streaming import GuardedStream
+from guardcache.rails.tools import to_langchain
 
 logger = logging.getLogger(__name__)
 
@@ -204,14 +209,20 @@ def _chunk_text(chunk: Any, output_key: str) -> str:
     return _output_text(chunk, output_key)
 
 
-def _ai_message(text: str, like: Any = None) -> AIMessage:
-    """An ``AIMessage`` holding ``text``; with the id and metadata of ``like`` (the model's own
-    reply), never its tool calls or extra fields: they were not checked."""
+def _ai_message(text: str, like: Any = None, calls: Sequence[Mapping[str, Any]] = ()) -> AIMessage:
+    """An ``AIMessage`` holding ``text`` and the judged tool ``calls``; with the id and metadata of
+    ``like`` (the model's own reply), never its own tool calls or extra fields: the rails judged
+    ``calls``, not the reply object."""
+    tool_calls = to_langchain(calls)
     if not isinstance(like, BaseMessage):
-        return AIMessage(content=text)
+        return AIMessage(content=text, tool_calls=tool_calls)
     usage = getattr(like, "usage_metadata", None)
     return AIMessage(
-        content=text, id=like.id, response_metadata=dict(like.response_metadata), usage_metadata=usage
+        content=text,
+        id=like.id,
+        response_metadata=dict(like.response_metadata),
+        usage_metadata=usage,
+        tool_calls=tool_calls,
     )
 
 
@@ -268,12 +279,16 @@ class _WrappedMain(LangChainLLM):
     def _bound(self, params: Mapping[str, Any]) -> Any:
         return self.llm.bind(**params) if params and not self.chain else self.llm
 
-    async def generate(self, messages: Sequence[dict[str, str]], **params: Any) -> tuple[str, Usage]:
+    async def complete(self, messages: Sequence[dict[str, str]], **params: Any) -> ChatResult:
         output = await self._bound(params).ainvoke(self._input(messages))
         call = _CALL.get()
         if call is not None:
             call.output = output
-        return _output_text(output, self.output_key), self._usage(getattr(output, "usage_metadata", None))
+        text = _output_text(output, self.output_key)
+        if not self.chain and isinstance(output, BaseMessage):  # a model's reply: its tool calls too
+            return self._result(output, text)
+        usage = self._usage(getattr(output, "usage_metadata", None))
+        return ChatResult(content=text, usage=usage, duration=0.0, finish_reason="stop")
 
     async def stream(
         self, messages: Sequence[dict[str, str]], totals: StreamTotals, **params: Any
@@ -287,8 +302,10 @@ class _WrappedMain(LangChainLLM):
             text = _chunk_text(chunk, self.output_key)
             if text:
                 yield text
+            if not self.chain:
+                add_tool_call_chunks(totals, chunk)
         totals.usage = self._usage(meta)
-        totals.finish_reason = "stop"
+        totals.finish_reason = "tool_calls" if totals.tool_calls else "stop"
 
 
 def _is_model(value: Any) -> bool:
@@ -298,13 +315,18 @@ def _is_model(value: Any) -> bool:
     return isinstance(value, BaseLanguageModel)
 
 
-def _binds_tools(value: Any) -> bool:
-    while isinstance(value, RunnableBinding):
-        kwargs = value.kwargs
-        if kwargs.get("tools") or kwargs.get("functions"):
-            return True
-        value = value.bound
-    return False
+def _call_chunks(calls: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """Judged tool calls as one stream chunk's ``tool_call_chunks`` (each whole, by index)."""
+    return [
+        {
+            "name": call["function"]["name"],
+            "args": call["function"]["arguments"],
+            "id": call.get("id") or None,
+            "index": i,
+            "type": "tool_call_chunk",
+        }
+        for i, call in enumerate(calls)
+    ]
 
 
 def _runner_of(config: RailsConfig | LLMRails | TurnRunner) -> TurnRunner:
@@ -449,11 +471,6 @@ class RunnableRails(Runnable[Any, Any]):
                     f"RunnableRails(llm=...) takes a LangChain language model, not {type(llm).__name__}; "
                     "wrap a chain with runnable=..."
                 )
-            if _binds_tools(llm):
-                raise ValueError(
-                    "RunnableRails: the model has tools bound; a tool call is not text the rails can "
-                    "check. Wrap the agent that runs the tools instead: RunnableRails(config, runnable=agent)"
-                )
             runner = base.with_main(_WrappedMain(llm, chain=False, output_key=output_key))
         elif runnable is not None:
             if base.config.rails.input.during_main:
@@ -537,14 +554,28 @@ class RunnableRails(Runnable[Any, Any]):
                     return AIMessage(content=text)
                 return {self.output_key: text} if isinstance(call.output, Mapping) else text
             return _replaced(call.output, text, self.output_key)
-        return self._shaped(text, shape, like=call.output if blocked is None else None)
+        like = call.output if blocked is None else None
+        return self._shaped(text, shape, like=like, calls=turn.tool_calls)
 
-    def _shaped(self, text: str, shape: _Shape, *, like: Any = None, chunk: bool = False) -> Any:
+    def _shaped(
+        self,
+        text: str,
+        shape: _Shape,
+        *,
+        like: Any = None,
+        chunk: bool = False,
+        calls: Sequence[Mapping[str, Any]] = (),
+    ) -> Any:
         value: Any
         if shape.kind == _TEXT:
             value = text
         elif shape.kind == _MESSAGE:
-            value = AIMessageChunk(content=text) if chunk else _ai_message(text, like)
+            if chunk:
+                value = AIMessageChunk(content=text, tool_call_chunks=_call_chunks(calls))  # type: ignore[arg-type]
+            else:
+                value = _ai_message(text, like, calls)
+        elif calls:
+            value = {"role": "assistant", "content": text, "tool_calls": [dict(c) for c in calls]}
         else:
             value = {"role": "assistant", "content": text}
         return {self.output_key: value} if shape.keyed else value
@@ -565,6 +596,8 @@ class RunnableRails(Runnable[Any, Any]):
                 text = self._refusal(stream.blocked) or piece  # the refusal is a blocked stream's last piece
                 yield self._shaped(text, shape, chunk=True)
                 piece = await _next(stream)
+            if stream.tool_calls:  # judged whole at the end: one last piece carries them
+                yield self._shaped("", shape, chunk=True, calls=stream.tool_calls)
 
     # -- the Runnable interface ------------------------------------------------------------------------
 

@@ -54,19 +54,20 @@ from typing import Any
 
 from guardcache import language
 from guardcache.cache import CacheInterface
-from guardcache.checks.verdict import RailResult
+from guardcache.checks.verdict import MESSAGE, TOOL_CALL, TOOL_RESULT, RailResult
 from guardcache.config import RailGroup, RailsConfig
 from guardcache.config.models import check_model_keys
-from guardcache.errors import ConfigError
+from guardcache.errors import BackendError, ConfigError
 from guardcache.llm.pool import aclose_all
 from guardcache.llm.records import LLMCallInfo, record_call, request_scope
-from guardcache.llm.types import Usage
+from guardcache.llm.types import ChatResult, Usage
 from guardcache.rails.builder import build_runtime
 from guardcache.rails.caches import log_caches
 from guardcache.rails.main_llm import ClientLLM, LangChainLLM, MainLLM, StreamTotals
 from guardcache.rails.messages import Message, history, last_index, message_text
 from guardcache.rails.rail import Rail
 from guardcache.rails.speculation import abandon, run_with_early_start
+from guardcache.rails.tools import MALFORMED, TOOL_CALL_FORMAT, call_texts, tool_names, tool_results
 from guardcache.rails.turn import REFUSAL, CheckResult, TurnInfo
 
 log = logging.getLogger("guardcache.rails")
@@ -129,6 +130,13 @@ class TurnRunner:
         self.output_rails: Sequence[Rail] = self.runtime.output_rails
         self.input_group: RailGroup = rails.input
         self.output_group: RailGroup = rails.output
+        # What judges tool results and tool calls (``guardcache.rails.tools``): the input and
+        # output rails (NeMo's rails.tool_input / rails.tool_output sections, when a config has
+        # them, replace these).
+        self.tool_input_rails: Sequence[Rail] = self.input_rails
+        self.tool_input_group: RailGroup = rails.input
+        self.tool_output_rails: Sequence[Rail] = self.output_rails
+        self.tool_output_group: RailGroup = rails.output
         self.speculates = bool(rails.input.during_main and self.input_rails)
         # The streaming settings when output rails check a streamed answer window by window.
         streaming = rails.output.streaming
@@ -223,19 +231,29 @@ class GuardedTurn:
         usage: the main model's usage (None when it did not run or reported none).
         finish_reason: the main model's (``"content_filter"`` when a rail blocked).
         first_piece_at: ``time.monotonic()`` when the first piece of the reply was ready.
+        tool_calls: the main model's tool calls (OpenAI's shape, as it sent them), once the rails
+            let them through; ``()`` when it made none or the turn was blocked.
+
+    Tool results in ``messages`` (``role: "tool"``) are judged as inputs, and the main model's tool
+    calls as outputs (see :mod:`guardcache.rails.tools`); ``params`` may carry ``tools``,
+    ``tool_choice`` and ``parallel_tool_calls`` for the main model.
     """
 
     __slots__ = (
+        "_calls",
+        "_calls_cut",
         "_messages",
         "_params",
         "_runner",
         "_sink",
         "_stream_main",
+        "_tool_results",
         "_variables",
         "blocked",
         "finish_reason",
         "first_piece_at",
         "rail",
+        "tool_calls",
         "turn",
         "usage",
     )
@@ -271,6 +289,11 @@ class GuardedTurn:
         self.usage: Usage | None = None
         self.finish_reason: str | None = None
         self.first_piece_at: float | None = None
+        # The tool results to judge before the main model reads them (positions in messages).
+        self._tool_results = tool_results(messages)
+        self._calls: tuple[Any, ...] = ()  # the main model's tool calls, as it sent them
+        self._calls_cut: str | None = None  # why they are incomplete (a stream that broke)
+        self.tool_calls: tuple[dict[str, Any], ...] = ()  # the calls the rails let through
 
     @property
     def allowed(self) -> bool:
@@ -315,11 +338,11 @@ class GuardedTurn:
         if runner.speculates:
             buffer = asyncio.Queue() if self._stream_main else None
             start = self._pump(buffer) if buffer is not None else self._generate()
-            inputs, early = await run_with_early_start(
-                lambda: run_group(runner.input_rails, variables, runner.input_group), lambda: start
-            )
+            inputs, early = await run_with_early_start(self._inputs, lambda: start)
             if early is None:
                 start.close()  # the coroutine never ran
+        elif self._tool_results:
+            inputs = await self._inputs()
         else:
             inputs = await run_group(runner.input_rails, variables, runner.input_group)
         self.turn.checks = CheckResult(tuple(inputs))
@@ -340,6 +363,8 @@ class GuardedTurn:
             # Nothing runs beside the stream: read it in this task (no pump task, no buffer).
             if not runner.output_rails:
                 await self._stream(self._send)
+                if self._calls or self._calls_cut:
+                    await self._check_calls(inputs, outputs)
             else:
                 pieces: list[str] = []
                 await self._stream(pieces.append)
@@ -356,16 +381,50 @@ class GuardedTurn:
             elif runner.windows is None:
                 content = "".join([delta async for delta in _drain(buffer)])
                 await self._check_whole(content, inputs, outputs)
+                return
             else:
                 await self._check_windows(buffer, inputs, outputs)
+            if self.blocked is None and (self._calls or self._calls_cut):
+                await self._check_calls(inputs, outputs)
         finally:
             if not pump.done():
                 await abandon(pump)
             else:
                 await asyncio.gather(pump, return_exceptions=True)
 
+    async def _inputs(self) -> list[RailResult]:
+        """The input rails on the user's message, then on each tool result (the tool input rails:
+        ``TurnRunner.tool_input_rails``) with the conversation before it as its history, in order;
+        the first block stops them."""
+        runner = self._runner
+        results = await run_group(runner.input_rails, self._variables, runner.input_group)
+        if not self._tool_results or _blocker(results) is not None:
+            return results
+        messages = self._messages
+        rails, group = runner.tool_input_rails, runner.tool_input_group
+        for at in self._tool_results:
+            variables = {"user_input": messages[at]["content"], "history": history(messages, at)}
+            found = await run_group(rails, variables, group, kind=TOOL_RESULT)
+            results += found
+            if _blocker(found) is not None:
+                break
+        return results
+
     async def _check_whole(self, content: str, inputs: list[RailResult], outputs: list[RailResult]) -> None:
         runner = self._runner
+        if self._calls or self._calls_cut:  # the answer calls tools: its text (if any), then each call
+            if content:
+                outputs += await run_group(
+                    runner.output_rails, {**self._variables, "bot_response": content}, runner.output_group
+                )
+                self.turn.checks = CheckResult(tuple(inputs), tuple(outputs))
+                blocker = _blocker(outputs)
+                if blocker is not None:
+                    self._block("output", blocker)
+                    return
+            if await self._check_calls(inputs, outputs):
+                self._send(content)
+            return
         outputs += await run_group(
             runner.output_rails, {**self._variables, "bot_response": content}, runner.output_group
         )
@@ -375,6 +434,44 @@ class GuardedTurn:
             self._block("output", blocker)
         else:
             self._send(content)
+
+    async def _check_calls(self, inputs: list[RailResult], outputs: list[RailResult]) -> bool:
+        """Judge the main model's tool calls, one check per call (the tool output rails:
+        ``TurnRunner.tool_output_rails``); True when every call passed (they become
+        :attr:`tool_calls`), else the turn is blocked. Calls that cannot be read (see
+        :mod:`guardcache.rails.tools`) block without a verdict, before any guard is asked."""
+        runner = self._runner
+        problem = self._calls_cut
+        texts: list[str] = []
+        if problem is None:
+            if self.finish_reason == "length":
+                problem = "the tool call was cut off (finish_reason: length)"
+            else:
+                texts, problem = call_texts(self._calls, self._offered_tools())
+        if problem is not None:
+            result = RailResult(TOOL_CALL_FORMAT, False, error=f"{MALFORMED}: {problem}", kind=TOOL_CALL)
+            log.warning("the main model's tool call cannot be judged (%s); blocked", problem)
+            outputs.append(result)
+            self.turn.checks = CheckResult(tuple(inputs), tuple(outputs))
+            self._block("output", result)
+            return False
+        rails, group = runner.tool_output_rails, runner.tool_output_group
+        for text in texts:
+            found = await run_group(rails, {**self._variables, "bot_response": text}, group, kind=TOOL_CALL)
+            outputs += found
+            self.turn.checks = CheckResult(tuple(inputs), tuple(outputs))
+            blocker = _blocker(found)
+            if blocker is not None:
+                self._block("output", blocker)
+                return False
+        self.tool_calls = tuple(self._calls)
+        return True
+
+    def _offered_tools(self) -> frozenset[str]:
+        """The functions the main model may call this turn: the request's ``tools`` and those the
+        model itself carries (a LangChain model's ``bind_tools``, the config's parameters)."""
+        main = self._runner.main
+        return tool_names(self._params.get("tools")) | getattr(main, "tool_names", frozenset())
 
     async def _check_windows(
         self, buffer: asyncio.Queue[str | _End], inputs: list[RailResult], outputs: list[RailResult]
@@ -431,10 +528,12 @@ class GuardedTurn:
         started = time.monotonic()
         finish = "stop"
         try:
-            if isinstance(main, ClientLLM):  # its finish reason, which a LangChain reply lacks
-                result = await main.complete(self._messages, **self._params)
+            complete = getattr(main, "complete", None)  # the whole answer, tool calls included
+            if complete is not None:
+                result: ChatResult = await complete(self._messages, **self._params)
                 content, usage, finish = result.content, result.usage, result.finish_reason or "stop"
-            else:
+                self._calls = result.tool_calls
+            else:  # a main model that answers text only
                 content, usage = await main.generate(self._messages, **self._params)
         except asyncio.CancelledError:  # started early, then the input rails blocked the turn
             _record_cancelled(started)
@@ -471,6 +570,13 @@ class GuardedTurn:
         except asyncio.CancelledError:
             _record_cancelled(started)
             raise
+        except BackendError as exc:
+            if not totals.tool_calls:
+                raise
+            # The stream broke inside a tool call: nothing of it was sent, and it cannot be
+            # judged whole, so the turn is blocked (never passed on, never an unchecked half).
+            self._calls_cut = f"the main model's stream ended inside a tool call ({type(exc).__name__})"
+        self._calls = totals.tool_calls
         usage = totals.usage or Usage(model=getattr(main, "model_name", None))
         record_call(
             LLMCallInfo.from_usage("general", usage, duration=time.monotonic() - started, from_cache=False)
@@ -481,11 +587,12 @@ class GuardedTurn:
 
 
 async def run_group(
-    rails: Sequence[Rail], variables: Mapping[str, Any], group: RailGroup
+    rails: Sequence[Rail], variables: Mapping[str, Any], group: RailGroup, *, kind: str = MESSAGE
 ) -> list[RailResult]:
     """Run a group of rails on a turn's variables. Sequential: stop at the first block. Parallel:
     all at once, and the first block cancels the rest (a cancelled check stores nothing: see
-    cache.singleflight). The group's ``timeout`` is one deadline for all its checks."""
+    cache.singleflight). The group's ``timeout`` is one deadline for all its checks. ``kind``: what
+    the texts are (``RailResult.kind``: the message, a tool result, a tool call)."""
     if not rails:
         return []
     deadline = time.monotonic() + group.timeout if group.timeout is not None else None
@@ -496,12 +603,12 @@ async def run_group(
         # evicted between the look and the run makes that one check a miss run in order.
         results: list[RailResult] = []
         for rail in rails:
-            result = await rail.run(variables, deadline)
+            result = await rail.run(variables, deadline, kind=kind)
             results.append(result)
             if not result.allowed:
                 break
         return results
-    tasks = [asyncio.create_task(rail.run(variables, deadline)) for rail in rails]
+    tasks = [asyncio.create_task(rail.run(variables, deadline, kind=kind)) for rail in rails]
     done_results: list[RailResult] = []
     try:
         for next_done in asyncio.as_completed(tasks):

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
-from guardcache.checks.verdict import RailResult
+from guardcache.checks.verdict import MESSAGE, RailResult
 from guardcache.llm.records import ExplainInfo, LLMCallInfo
 
 REFUSAL = "I'm sorry, I can't respond to that."
@@ -154,7 +154,8 @@ class TurnInfo:
             state = "allowed" if r.allowed else "BLOCKED"
             cats = f" ({', '.join(r.categories)})" if r.categories else ""
             err = f" [no verdict: {r.error}]" if r.error is not None else ""
-            lines.append(f"  rail {r.flow}: {state}{cats}{err}")
+            kind = f" ({r.kind.replace('_', ' ')})" if r.kind != MESSAGE else ""
+            lines.append(f"  rail {r.flow}{kind}: {state}{cats}{err}")
         if self.checks.outcome != ALLOWED:
             lines.append(f"  outcome: {self.checks.outcome}")
         return "\n".join(lines)

@@ -249,9 +249,10 @@ class ServerMetrics:
         self.checks = _Family(
             "counter",
             "guardcache_checks",
-            "Rail checks run, by rail, direction and verdict (allowed/blocked); a streamed answer "
-            "checked in windows counts one check per window.",
-            ("config", "rail", "direction", "verdict", "cached"),
+            "Rail checks run, by rail, direction, verdict (allowed/blocked) and what was judged "
+            "(kind: message, tool_result, tool_call); a streamed answer checked in windows counts "
+            "one check per window.",
+            ("config", "rail", "direction", "verdict", "cached", "kind"),
         )
         self.check_errors = _Family(
             "counter",
@@ -337,9 +338,9 @@ class ServerMetrics:
             for result in results:
                 cached = "true" if result.from_cache else "false"
                 if result.allowed:
-                    self.checks.inc((config_id, result.flow, direction, "allowed", cached))
+                    self.checks.inc((config_id, result.flow, direction, "allowed", cached, result.kind))
                 else:
-                    self.checks.inc((config_id, result.flow, direction, "blocked", cached))
+                    self.checks.inc((config_id, result.flow, direction, "blocked", cached, result.kind))
                     if decided is None:
                         decided = BLOCKED_VERDICT if result.error is None else BLOCKED_NO_VERDICT
                 if result.error is not None:

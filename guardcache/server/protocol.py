@@ -3,9 +3,9 @@
 Requests are validated strictly but leniently about what they may carry: every field the OpenAI
 clients send is accepted, generation parameters are type-checked and passed to the main model, and
 anything that cannot be answered through the rails is a 400 in OpenAI's error shape (never a 500,
-never an unguarded answer): tool calling (a tool call's arguments are not text the rails check),
-``n`` > 1, content parts other than text (images too, unless the request's config has a vision rail:
-``parse_chat``'s ``images``).
+never an unguarded answer): the legacy ``functions``/``function_call`` (``tools`` are served: the
+rails judge the tool calls and tool results, ``server/tools.py``), ``n`` > 1, content parts other
+than text (images too, unless the request's config has a vision rail: ``parse_chat``'s ``images``).
 """
 
 from __future__ import annotations
@@ -13,13 +13,14 @@ from __future__ import annotations
 import json
 import math
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from guardcache.prompts.parts import ImageLimits
 from guardcache.rails.messages import Message, last_index, read_messages
 from guardcache.server.ids import new_id
+from guardcache.server.tools import ToolFieldError, read_tool_params
 
 
 class RequestError(Exception):
@@ -117,15 +118,14 @@ PASSED_THROUGH: Mapping[str, Any] = {
 """Request fields passed to the main model (when not null), with the check each must pass."""
 
 REFUSED: Mapping[str, str] = {
-    "tools": "tool calling is not served through the rails (a tool call is not text the rails check)",
-    "functions": "function calling is not served through the rails (a call is not text the rails check)",
-    "tool_choice": "tool calling is not served through the rails",
-    "function_call": "function calling is not served through the rails",
+    "functions": "the legacy function calling is not served through the rails; send 'tools'",
+    "function_call": "the legacy function calling is not served through the rails; send 'tool_choice'",
 }
 """Fields that, when set, make a request one the rails cannot guard."""
 
 _PASSED_NAMES = frozenset(PASSED_THROUGH)
 _REFUSED_NAMES = frozenset(REFUSED)
+_TOOL_NAMES = frozenset(("tools", "tool_choice", "parallel_tool_calls"))
 
 
 @dataclass(slots=True)
@@ -163,28 +163,46 @@ def parse_json(raw: bytes, max_depth: int = MAX_JSON_DEPTH) -> Any:
             '(e.g. {"model": "...", "messages": [{"role": "user", "content": "Hello"}]}).',
             code="invalid_json",
         ) from None
-    if raw.count(b"[") + raw.count(b"{") > max_depth and _deeper_than(body, max_depth):
-        raise _too_deep(max_depth)
+    if raw.count(b"[") + raw.count(b"{") > max_depth:
+        where = _deeper_than(body, max_depth)
+        if where is not None:
+            raise _too_deep(max_depth, where or None)
     return body
 
 
-def _deeper_than(value: Any, limit: int) -> bool:
-    """Whether ``value`` nests lists and dicts more than ``limit`` levels deep (itself is level 1)."""
-    stack = [(value, 1)]
+_PATH_PARTS = 4
+"""How much of the path to a too-deep value a 400 names (``tools[0].function.parameters``)."""
+
+
+def _deeper_than(value: Any, limit: int) -> str | None:
+    """Where ``value`` nests lists and dicts more than ``limit`` levels deep (itself is level 1):
+    the first :data:`_PATH_PARTS` steps of the path to such a value ("" for the body itself), or
+    None when it does not."""
+    stack: list[tuple[Any, int, tuple[str | int, ...]]] = [(value, 1, ())]
     while stack:
-        node, depth = stack.pop()
+        node, depth, path = stack.pop()
         if depth > limit:
-            return True
-        for child in node.values() if isinstance(node, dict) else node:
+            return _path(path)
+        items = node.items() if isinstance(node, dict) else enumerate(node)
+        for key, child in items:
             if isinstance(child, dict | list):
-                stack.append((child, depth + 1))
-    return False
+                stack.append((child, depth + 1, path if len(path) >= _PATH_PARTS else (*path, key)))
+    return None
 
 
-def _too_deep(limit: int) -> RequestError:
+def _path(path: tuple[str | int, ...]) -> str:
+    text = ""
+    for part in path:
+        text += f"[{part}]" if isinstance(part, int) else (f".{part}" if text else str(part))
+    return text
+
+
+def _too_deep(limit: int, param: str | None = None) -> RequestError:
     return RequestError(
-        f"The request body nests arrays and objects deeper than this server accepts ({limit} levels).",
+        f"The request body nests arrays and objects deeper than this server accepts ({limit} levels)"
+        + (f", in '{param}'." if param else "."),
         code="json_too_deep",
+        param=param,
     )
 
 
@@ -244,7 +262,7 @@ def parse_chat(body: Any, images: ImagePolicy | None = None) -> ChatRequest:
     if not present.isdisjoint(_REFUSED_NAMES):
         for name, why in REFUSED.items():
             value = body.get(name)
-            if value is not None and value != [] and not (name == "tool_choice" and value == "none"):
+            if value is not None and value != [] and not (name == "function_call" and value == "none"):
                 raise RequestError(f"'{name}': {why}.", param=name, code="unsupported_parameter")
     n = body.get("n")
     if n is not None and n != 1:
@@ -258,8 +276,18 @@ def parse_chat(body: Any, images: ImagePolicy | None = None) -> ChatRequest:
             if not check(value):
                 raise RequestError(f"'{name}' must be {check.__doc__}, not {_show(value)}.", param=name)
             params[name] = value
+    if not present.isdisjoint(_TOOL_NAMES):  # tools for the main model (the rails judge its calls)
+        params.update(tool_params(body))
     request.params = params
     return request
+
+
+def tool_params(body: Mapping[str, Any], *, flat: bool = False) -> dict[str, Any]:
+    """``server.tools.read_tool_params`` with its errors as 400s (``RequestError``)."""
+    try:
+        return read_tool_params(body, flat=flat)
+    except ToolFieldError as exc:
+        raise RequestError(exc.message, param=exc.param, code=exc.code) from None
 
 
 def _image_limits(
@@ -349,7 +377,17 @@ def completion_body(
     finish_reason: str | None,
     usage: Any,
     extension: Mapping[str, Any],
+    tool_calls: Sequence[Mapping[str, Any]] = (),
 ) -> dict[str, Any]:
+    """A ``chat.completion``; with ``tool_calls`` (judged by the rails), its message holds them and
+    its content is null when there is no text, as OpenAI's."""
+    message: dict[str, Any] = {"role": "assistant", "content": content}
+    if tool_calls:
+        message = {
+            "role": "assistant",
+            "content": content or None,
+            "tool_calls": [dict(c) for c in tool_calls],
+        }
     return {
         "id": cid,
         "object": "chat.completion",
@@ -358,7 +396,7 @@ def completion_body(
         "choices": [
             {
                 "index": 0,
-                "message": {"role": "assistant", "content": content},
+                "message": message,
                 "finish_reason": finish_reason or "stop",
                 "logprobs": None,
             }
@@ -381,4 +419,5 @@ __all__ = [
     "kind_of",
     "parse_chat",
     "parse_json",
+    "tool_params",
 ]

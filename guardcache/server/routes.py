@@ -103,6 +103,7 @@ class Handlers:
                 turn.finish_reason,
                 turn.usage,
                 _extension(turn, config_id, no_verdict),
+                turn.tool_calls,
             )
             return json_response(body, headers=_headers(turn, no_verdict))
         # The main model's stream is read only when its pieces can go out before the end.
@@ -167,9 +168,12 @@ class Handlers:
 
     @staticmethod
     def _tail(writer: ChunkWriter, stream: GuardedStream, config_id: str, include_usage: bool) -> bytes:
-        """The last events: the finish reason with guardcache's extension, usage if asked, [DONE]."""
+        """The last events: the judged tool calls (whole, in one event) if any, the finish reason
+        with guardcache's extension, usage if asked, [DONE]."""
         extension = _extension(stream, config_id, stream.turn.checks.no_verdict)
         tail = writer.final(stream.finish_reason or "stop", extension)
+        if stream.tool_calls:
+            tail = writer.tool_calls(stream.tool_calls) + tail
         return tail + writer.usage(stream.usage) + DONE if include_usage else tail + DONE
 
     def _observe(self, config_id: str, turn: GuardedTurn, started: float, mode: str) -> None:

@@ -10,7 +10,7 @@ structure around a value), so a token costs one encode of its text and one join.
 from __future__ import annotations
 
 import time
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from guardcache.llm.wire import dumps_body
@@ -43,6 +43,17 @@ class ChunkWriter:
 
     def content(self, text: str, *, first: bool = False) -> bytes:
         return (self._first if first else self._next) + dumps_body(text) + _CONTENT_END
+
+    def tool_calls(self, calls: Sequence[Mapping[str, Any]]) -> bytes:
+        """One event with every tool call whole (``delta.tool_calls`` by index): they are judged
+        whole, so nothing of them streams before the rails let them through."""
+        delta = {
+            "tool_calls": [
+                {"index": i, "id": c.get("id"), "type": "function", "function": c.get("function")}
+                for i, c in enumerate(calls)
+            ]
+        }
+        return self._prefix + dumps_body(delta)[:-1] + _CONTENT_END  # _CONTENT_END closes the delta
 
     def final(self, finish_reason: str, extension: Mapping[str, Any]) -> bytes:
         """The last choice event: an empty delta, the finish reason, and guardcache's extension."""

@@ -416,11 +416,16 @@ BAD_BODIES: list[tuple[str, bytes, int, str | None]] = [
     ),
     ("two choices", b'{"n": 2, "messages": [{"role": "user", "content": "hi"}]}', 400, "n"),
     (
-        "tools",
-        b'{"tools": [{"type": "function", "function": {"name": "f"}}], '
-        b'"messages": [{"role": "user", "content": "hi"}]}',
+        "a tool that is not a function",
+        b'{"tools": [{"type": "web_search"}], "messages": [{"role": "user", "content": "hi"}]}',
         400,
-        "tools",
+        "tools[0].type",
+    ),
+    (
+        "legacy functions",
+        b'{"functions": [{"name": "f"}], "messages": [{"role": "user", "content": "hi"}]}',
+        400,
+        "functions",
     ),
     (
         "unknown config_id",

@@ -45,9 +45,11 @@ def test_a_rail_says_whether_it_got_a_verdict_and_the_failures_class(
     assert result.error_kind == kind
 
 
-def test_a_rail_result_is_still_the_six_field_tuple_it_was() -> None:
+def test_a_rail_result_is_still_the_tuple_it_was_plus_what_it_judged() -> None:
     # The hit path builds one per rail per turn: what is derived stays a property, not a field.
-    assert RailResult._fields == ("flow", "allowed", "categories", "from_cache", "duration", "error")
+    # ``kind`` (a message, a tool result, a tool call) is no derivation: it says what was judged.
+    fields = ("flow", "allowed", "categories", "from_cache", "duration", "error", "kind")
+    assert RailResult._fields == fields
 
 
 @pytest.mark.parametrize(

@@ -99,6 +99,7 @@ def test_a_turn_is_counted_from_its_record() -> None:
             direction="input",
             verdict="allowed",
             cached="true",
+            kind="message",
         )
         == 1
     )
@@ -110,6 +111,7 @@ def test_a_turn_is_counted_from_its_record() -> None:
             direction="output",
             verdict="blocked",
             cached="false",
+            kind="message",
         )
         == 1
     )

@@ -10,6 +10,7 @@ import pytest
 from guardcache.server.protocol import RequestError, completion_body, parse_chat, parse_json
 from guardcache.server.streaming import DONE, ChunkWriter, error_event
 
+FUNCTION = {"type": "function", "function": {"name": "f", "parameters": {"type": "object"}}}
 USER = [{"role": "user", "content": "hi"}]
 
 
@@ -79,8 +80,34 @@ def test_roles_are_read_as_the_rails_read_them() -> None:
         ({"messages": USER, "stream_options": []}, "stream_options"),
         ({"messages": USER, "stream_options": {"include_usage": "yes"}}, "stream_options.include_usage"),
         ({"messages": USER, "n": 3}, "n"),
-        ({"messages": USER, "tools": [{"type": "function"}]}, "tools"),
-        ({"messages": USER, "tool_choice": "auto"}, "tool_choice"),
+        ({"messages": USER, "tools": [{"type": "function"}]}, "tools[0].function"),
+        ({"messages": USER, "tools": {"type": "function"}}, "tools"),
+        ({"messages": USER, "tools": [FUNCTION] * 129}, "tools"),
+        ({"messages": USER, "tools": [{"type": "web_search"}]}, "tools[0].type"),
+        (
+            {"messages": USER, "tools": [{"type": "function", "function": {"name": "a b"}}]},
+            "tools[0].function.name",
+        ),
+        (
+            {"messages": USER, "tools": [{**FUNCTION, "function": {"name": "f", "parameters": []}}]},
+            "tools[0].function.parameters",
+        ),
+        ({"messages": USER, "tool_choice": "sometimes"}, "tool_choice"),
+        ({"messages": USER, "tool_choice": "required"}, "tool_choice"),
+        (
+            {
+                "messages": USER,
+                "tools": [FUNCTION],
+                "tool_choice": {"type": "function", "function": {"name": "g"}},
+            },
+            "tool_choice",
+        ),
+        ({"messages": USER, "parallel_tool_calls": "yes"}, "parallel_tool_calls"),
+        ({"messages": USER, "functions": [{"name": "f"}]}, "functions"),
+        (
+            {"messages": [{"role": "assistant", "content": None, "tool_calls": {"id": "x"}}, *USER]},
+            "messages[0].tool_calls",
+        ),
         ({"messages": USER, "config_id": ["a"]}, "config_id"),
         ({"messages": USER, "config_ids": ["a", "b"]}, "config_ids"),
         ({"messages": USER, "config_id": "a", "config_ids": ["b"]}, "config_ids"),
@@ -96,6 +123,26 @@ def test_what_cannot_be_served_is_a_400_naming_the_field(body: Any, param: str |
 
 def test_harmless_tool_fields_are_accepted() -> None:
     parse_chat({"messages": USER, "tools": [], "tool_choice": "none", "n": 1})
+
+
+def test_tool_fields_reach_the_main_model_as_they_were_sent() -> None:
+    choice = {"type": "function", "function": {"name": "f"}}
+    body = {"messages": USER, "tools": [FUNCTION], "tool_choice": choice, "parallel_tool_calls": False}
+    params = parse_chat(body).params
+    assert params == {"tools": [FUNCTION], "tool_choice": choice, "parallel_tool_calls": False}
+
+
+def test_a_tool_schema_deeper_than_the_json_depth_limit_is_a_400_naming_the_tool() -> None:
+    schema: dict[str, Any] = {"type": "object"}
+    for _ in range(70):
+        schema = {"type": "object", "properties": {"a": schema}}
+    body = {
+        "messages": USER,
+        "tools": [{"type": "function", "function": {"name": "f", "parameters": schema}}],
+    }
+    with pytest.raises(RequestError) as caught:
+        parse_json(json.dumps(body).encode())
+    assert caught.value.param == "tools[0].function.parameters" and caught.value.code == "json_too_deep"
 
 
 def test_config_ids_as_nemo_sends_them() -> None:

@@ -170,6 +170,7 @@ async def test_turn_rail_and_backend_call_are_children_of_the_callers_span(
 
     assert dict(rail_span.attributes or {}) == {
         "guardcache.rail": FLOW,
+        "guardcache.rail.kind": "message",
         "guardcache.cache.hit": False,
         "guardcache.verdict": "allowed",
         "guardcache.no_verdict": False,
