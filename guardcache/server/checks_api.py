@@ -6,8 +6,9 @@ guardcache's ``guardcache`` object beside it (each rail's verdict and whether th
 ``reason``, ``no_verdict``). What runs, as NeMo's ``check_async`` (``guardrails.rail_types``
 omitted):
 
-- the input rails on the last user message, and on each tool result after it (role ``tool``: text
-  nobody trusted, about to reach the model), each with the conversation before it as history;
+- the input rails on the last user message, and on each tool result (role ``tool``: text nobody
+  trusted, wherever it stands, as a chat turn judges them), each with the conversation before it
+  as history;
 - the output rails on the last message when it is the assistant's: its text, and each of its tool
   calls as ``name(arguments)``, with the last user message before it as the user's input.
 
@@ -160,8 +161,7 @@ def _items(
     """What to judge, and the index of the message whose text a passed answer returns (NeMo's
     ``content``: the assistant's when the output rails ran, else the user's)."""
     user_at = last_index(messages, "user")
-    after = user_at if user_at is not None else -1
-    tools_at = [i for i in range(after + 1, len(messages)) if messages[i]["role"] == "tool"]
+    tools_at = [i for i, message in enumerate(messages) if message["role"] == "tool"]
     bot_last = messages[-1]["role"] == "assistant"
     if rail_types is None:
         directions = []
