@@ -231,7 +231,10 @@ class _TurnCollector(Collector):
     def collect(self) -> Iterator[Metric]:
         for family in self._families:
             yield family.metric()
-        gauge = GaugeMetricFamily("guardcache_requests_in_flight", "Chat completion requests being served.")
+        gauge = GaugeMetricFamily(
+            "guardcache_requests_in_flight",
+            "Requests with a body being served (chat completions, checks, LiteLLM's guardrail API).",
+        )
         gauge.add_metric([], self._in_flight())
         yield gauge
 
