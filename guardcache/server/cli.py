@@ -55,7 +55,8 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         "--max-concurrency",
         type=int,
         default=1024,
-        help="chat requests served at once per worker; more get 503 with Retry-After (default 1024)",
+        help="requests with a body (chat, checks, LiteLLM's guardrail API) served at once per worker; "
+        "more get 503 with Retry-After (default 1024)",
     )
     p.add_argument(
         "--shutdown-timeout",
@@ -80,7 +81,8 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         "--body-timeout",
         type=_positive(float),
         default=10.0,
-        help="seconds a chat request's body may take to arrive; then 408 and the connection is closed "
+        help="seconds a request's body may take to arrive (every route with a body); then 408 and the "
+        "connection is closed "
         "(default 10)",
     )
     p.add_argument(

@@ -32,7 +32,8 @@ class ServeSettings:
         api_key_env: the environment variable holding the key clients must send as
             ``Authorization: Bearer ...``; None: no client authentication.
         max_body_bytes: larger request bodies are refused with 413.
-        max_concurrency: chat requests served at once; more are refused with 503 and Retry-After.
+        max_concurrency: requests with a body (every route of ``body_routes.BODY_ROUTES``) served
+            at once; more are refused with 503 and Retry-After.
         retry_after: seconds, the Retry-After of a 503.
         shutdown_timeout: seconds in-flight requests get to finish after SIGTERM.
         warm_up: run the first readiness round (a real request to every model, which also primes
@@ -43,8 +44,9 @@ class ServeSettings:
         header_timeout: seconds a request head may take to arrive (from the connection's start, or
             the head's first byte on a kept-alive connection); then 408 and the connection closed
             (a connection that sent nothing is closed without an answer).
-        body_timeout: seconds a chat request's body may take to arrive; then 408 and the connection
-            closed. The body is read before the request counts against ``max_concurrency``.
+        body_timeout: seconds a request's body may take to arrive (every body route); then 408 and
+            the connection closed. The body is read before the request counts against
+            ``max_concurrency``.
         keep_alive_timeout: seconds an idle kept-alive connection stays open (uvicorn's
             ``timeout_keep_alive``).
         max_json_depth: the deepest nesting of arrays and objects a request body may have (400).
