@@ -38,13 +38,14 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from guardcache import tracing
 from guardcache.llm.cancel import CancelAfter
 from guardcache.rails.llmrails import LLMRails
-from guardcache.server.body_routes import BODY_ROUTES, CHAT_PATH, CHECKS_PATH, LITELLM_PATH
+from guardcache.server.body_routes import BODY_ROUTES, CHAT_PATH, CHECKS_PATH, LITELLM_PATH, RESPONSES_PATH
 from guardcache.server.checks_api import ChecksHandler
 from guardcache.server.ids import new_id
 from guardcache.server.intake import json_response, read_body, reject_reason, too_large
 from guardcache.server.litellm_api import LiteLLMHandler
 from guardcache.server.protocol import RequestError, error_body
 from guardcache.server.responses import DISCONNECT, EventStream, HookWatch, JSONResponse, TaskWatch
+from guardcache.server.responses_api import ResponsesHandler
 from guardcache.server.routes import Handlers
 from guardcache.server.settings import ServeSettings, load_configs
 from guardcache.server.state import ServerState
@@ -308,6 +309,7 @@ def create_app(
         CHAT_PATH: handlers.turn,
         CHECKS_PATH: ChecksHandler(state).handle,
         LITELLM_PATH: LiteLLMHandler(state).handle,
+        RESPONSES_PATH: ResponsesHandler(handlers).handle,
     }
     if tuple(body_routes) != BODY_ROUTES:  # one list of body routes (server/body_routes.py)
         raise RuntimeError(f"body routes {list(body_routes)} differ from BODY_ROUTES {list(BODY_ROUTES)}")

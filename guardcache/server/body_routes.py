@@ -19,7 +19,10 @@ CHECKS_PATH = "/v1/checks"
 LITELLM_PATH = "/beta/litellm_basic_guardrail_api"
 """LiteLLM's Generic Guardrail API: the rails only, on texts (``server/litellm_api.py``)."""
 
-BODY_ROUTES: tuple[str, ...] = (CHAT_PATH, CHECKS_PATH, LITELLM_PATH)
+RESPONSES_PATH = "/v1/responses"
+"""OpenAI's Responses API: one guarded turn, as a chat turn (``server/responses_api.py``)."""
+
+BODY_ROUTES: tuple[str, ...] = (CHAT_PATH, CHECKS_PATH, LITELLM_PATH, RESPONSES_PATH)
 """Every ``POST`` route with a JSON body."""
 
-__all__ = ["BODY_ROUTES", "CHAT_PATH", "CHECKS_PATH", "LITELLM_PATH"]
+__all__ = ["BODY_ROUTES", "CHAT_PATH", "CHECKS_PATH", "LITELLM_PATH", "RESPONSES_PATH"]

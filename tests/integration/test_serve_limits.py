@@ -21,7 +21,7 @@ import httpx
 import pytest
 
 from guardcache.emulator import ThreadedEmulator
-from guardcache.server.body_routes import BODY_ROUTES, CHAT_PATH, CHECKS_PATH, LITELLM_PATH
+from guardcache.server.body_routes import BODY_ROUTES, CHAT_PATH, CHECKS_PATH, LITELLM_PATH, RESPONSES_PATH
 from tests.integration import test_serve as support
 from tests.integration.test_serve import GUARD_MODEL, INPUT_FLOW, MAIN_MODEL, ServeProcess, emulator, sample
 
@@ -35,6 +35,14 @@ EXAMPLES: dict[str, Callable[[str], dict[str, Any]]] = {
     CHAT_PATH: lambda text: {"messages": [{"role": "user", "content": text}]},
     CHECKS_PATH: lambda text: {"messages": [{"role": "user", "content": text}]},
     LITELLM_PATH: lambda text: {"input_type": "request", "texts": [text]},
+    # The text is a tool's output (a function_call_output): the input rails judge it too.
+    RESPONSES_PATH: lambda text: {
+        "input": [
+            {"role": "user", "content": "What does the tool say?"},
+            {"type": "function_call", "call_id": "c1", "name": "lookup", "arguments": "{}"},
+            {"type": "function_call_output", "call_id": "c1", "output": text},
+        ]
+    },
 }
 """A valid body for each body route, around a user text its input rails judge."""
 
