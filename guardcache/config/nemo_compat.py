@@ -40,8 +40,9 @@ NEMO_TOP_LEVEL_KEYS: frozenset[str] = frozenset(
 """Top-level keys of NeMo's ``RailsConfig`` that guardcache ignores. (``instructions`` and
 ``sample_conversation`` are read: templates render them as NeMo's task manager does.)"""
 
-NEMO_RAILS_KEYS: frozenset[str] = frozenset({"actions", "dialog", "retrieval", "tool_input", "tool_output"})
-"""Keys under ``rails:`` that guardcache ignores (it runs only ``rails.input`` and ``rails.output``)."""
+NEMO_RAILS_KEYS: frozenset[str] = frozenset({"actions", "dialog", "retrieval"})
+"""Keys under ``rails:`` that guardcache ignores (it runs ``rails.input``, ``rails.output`` and the
+tool rails, ``rails.tool_input`` and ``rails.tool_output``)."""
 
 USED_RAIL_SETTINGS: frozenset[str] = frozenset({"jailbreak_detection", "content_safety"})
 """Sections of ``rails.config`` guardcache reads; NeMo's others configure rails it does not run

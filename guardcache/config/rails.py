@@ -64,6 +64,9 @@ logger = logging.getLogger(__name__)
 
 JAILBREAK_KEY = "jailbreak_detection"
 
+TOOL_SECTIONS: dict[str, str] = {"tool_input": "input", "tool_output": "output"}
+"""NeMo's tool rails sections and the direction of the flows each takes."""
+
 
 class OutputStreaming(BaseModel):
     """``rails.output.streaming`` (NeMo's): check a streamed answer in windows as it is generated.
@@ -136,6 +139,9 @@ class RailGroup(BaseModel):
 class RailsSection(BaseModel):
     """``rails:``: the input checks (before the main model) and output checks (after it).
 
+    ``tool_input`` / ``tool_output`` (NeMo's tool rails) judge an agent's tool results / the main
+    model's tool calls instead of ``input`` / ``output`` when they list flows (input flows / output
+    flows: a tool result is judged as ``user_input``, a tool call as ``bot_response``).
     ``config`` holds NeMo's per-rail settings guardcache reads; ``max_input_chars`` is the longest
     text a check sends (longer text cannot be judged whole, so it is blocked as unsafe).
     ``max_image_bytes`` (decoded, per image) and ``max_images`` (per message) bound the images of a
@@ -147,6 +153,10 @@ class RailsSection(BaseModel):
 
     input: Annotated[RailGroup, BeforeValidator(null_is_empty)] = Field(default_factory=RailGroup)
     output: Annotated[RailGroup, BeforeValidator(null_is_empty)] = Field(default_factory=RailGroup)
+    # NeMo's tool rails: input rails judging an agent's tool results, output rails judging the
+    # main model's tool calls (guardcache.rails.tools). Without flows, the input / output rails do.
+    tool_input: Annotated[RailGroup, BeforeValidator(null_is_empty)] = Field(default_factory=RailGroup)
+    tool_output: Annotated[RailGroup, BeforeValidator(null_is_empty)] = Field(default_factory=RailGroup)
     config: Annotated[RailSettings, BeforeValidator(null_is_empty)] = Field(default_factory=RailSettings)
     max_input_chars: PositiveInt = DEFAULT_MAX_INPUT_CHARS
     max_image_bytes: PositiveInt = DEFAULT_MAX_IMAGE_BYTES
@@ -296,6 +306,16 @@ class RailsConfig(BaseModel):
             problems.append(
                 (("rails", "output", "during_main"), "only input rails can run during the main model")
             )
+        for section in TOOL_SECTIONS:
+            group = getattr(self.rails, section)
+            if group.streaming.enabled:
+                problems.append(
+                    (("rails", section, "streaming"), "tool rails judge whole results and calls; no stream")
+                )
+            if group.during_main:
+                problems.append(
+                    (("rails", section, "during_main"), "only rails.input can run during the main model")
+                )
         main = next((m for m in self.models if m.type == "main"), None)
         if self.rails.input.during_main and main is not None and main.side_effects:
             problems.append(
@@ -316,7 +336,7 @@ class RailsConfig(BaseModel):
 
     def _flow_problems(self) -> list[Problem]:
         problems: list[Problem] = []
-        for direction in ("input", "output"):
+        for direction in ("input", "output", *TOOL_SECTIONS):
             seen: dict[FlowRef, int] = {}
             for i, ref in enumerate(getattr(self.rails, direction).flow_refs()):
                 message = self._flow_problem(direction, ref)
@@ -330,7 +350,14 @@ class RailsConfig(BaseModel):
     def _flow_problem(self, direction: str, ref: FlowRef) -> str | None:
         spec = KNOWN_FLOWS[ref.name]
         configured = ", ".join(self.model_types) or "none"
-        if spec.direction != direction:
+        wanted = TOOL_SECTIONS.get(direction, direction)
+        if spec.direction != wanted and direction in TOOL_SECTIONS:
+            what = "tool results, as input rails" if wanted == "input" else "tool calls, as output rails"
+            return (
+                f"flow {ref.name!r} is an {spec.direction} rail; rails.{direction} judges {what}: "
+                f"use an {wanted} flow (e.g. content safety check {wanted} $model=...)"
+            )
+        if spec.direction != wanted:
             return f"flow {ref.name!r} is an {spec.direction} rail: move it to rails.{spec.direction}.flows"
         for arg in spec.required_args:
             if arg not in ref.args:
@@ -439,10 +466,16 @@ class RailsConfig(BaseModel):
         own; ``rails/caches.py`` builds ``main`` a cache only when there is one)."""
         return [
             ref.text
-            for group in (self.rails.input, self.rails.output)
+            for group in self.rail_groups()
             for ref in group.flow_refs()
             if self.model_type_for(ref) == model_type
         ]
+
+    def rail_groups(self) -> tuple[RailGroup, ...]:
+        """Every group of rails the config runs: input, output, and NeMo's tool rails
+        (``tool_input``, ``tool_output``)."""
+        rails = self.rails
+        return (rails.input, rails.output, rails.tool_input, rails.tool_output)
 
     def model_type_for(self, ref: FlowRef) -> str | None:
         """The model type a flow runs on: its ``$model=``, else the first configured of the types

@@ -48,7 +48,7 @@ async def emulated(
 def vision_model_types(config: RailsConfig) -> set[str]:
     """The model types a vision rail of ``config`` runs on (``config.prompts.judges_images``)."""
     found: set[str] = set()
-    for group in (config.rails.input, config.rails.output):
+    for group in config.rail_groups():
         for ref in group.flow_refs():
             spec = KNOWN_FLOWS[ref.name]
             model_type = config.model_type_for(ref)

@@ -48,6 +48,8 @@ class Runtime:
     caches: dict[str, CacheInterface] = field(default_factory=dict)
     input_rails: list[Rail] = field(default_factory=list)
     output_rails: list[Rail] = field(default_factory=list)
+    tool_input_rails: list[Rail] = field(default_factory=list)  # NeMo's rails.tool_input (tool results)
+    tool_output_rails: list[Rail] = field(default_factory=list)  # rails.tool_output (tool calls)
 
 
 def build_check(config: RailsConfig, ref: FlowRef, runtime: Runtime) -> Check:
@@ -110,6 +112,8 @@ def build_runtime(config: RailsConfig) -> Runtime:
     runtime.caches = build_caches(config)
     runtime.input_rails = _rails(config, config.rails.input, runtime)
     runtime.output_rails = _rails(config, config.rails.output, runtime)
+    runtime.tool_input_rails = _rails(config, config.rails.tool_input, runtime)
+    runtime.tool_output_rails = _rails(config, config.rails.tool_output, runtime)
     return runtime
 
 

@@ -64,7 +64,11 @@ def planned_caches(config: RailsConfig) -> list[PlannedCache]:
             if not checks and settings.enabled:
                 settings = settings.model_copy(update={"enabled": False})
         plans.append(PlannedCache(model.type, settings, model, f"{source}: models[{i}]", checks))
-    classifies = any(KNOWN_FLOWS[ref.name].backend == "classify" for ref in config.rails.input.flow_refs())
+    classifies = any(
+        KNOWN_FLOWS[ref.name].backend == "classify"
+        for group in (config.rails.input, config.rails.tool_input)
+        for ref in group.flow_refs()
+    )
     if classifies and JAILBREAK_TYPE not in config.model_types:
         where = f"{source}: rails.config.jailbreak_detection"
         plans.append(PlannedCache(JAILBREAK_TYPE, ModelCacheConfig(), None, where))

@@ -157,7 +157,13 @@ class LLMRails:
         computed it finished (older TensorRT-LLM): without priming, a cold burst recomputes the prefix
         in every request. The cache and its stats are not touched.
         """
-        rails = [*self._runtime.input_rails, *self._runtime.output_rails]
+        runtime = self._runtime
+        rails = [
+            *runtime.input_rails,
+            *runtime.output_rails,
+            *runtime.tool_input_rails,
+            *runtime.tool_output_rails,
+        ]
 
         async def prime(rail: Rail) -> str | None:
             try:

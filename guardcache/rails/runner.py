@@ -133,10 +133,12 @@ class TurnRunner:
         # What judges tool results and tool calls (``guardcache.rails.tools``): the input and
         # output rails (NeMo's rails.tool_input / rails.tool_output sections, when a config has
         # them, replace these).
-        self.tool_input_rails: Sequence[Rail] = self.input_rails
-        self.tool_input_group: RailGroup = rails.input
-        self.tool_output_rails: Sequence[Rail] = self.output_rails
-        self.tool_output_group: RailGroup = rails.output
+        runtime = self.runtime
+        tool_in, tool_out = bool(rails.tool_input.flows), bool(rails.tool_output.flows)
+        self.tool_input_rails: Sequence[Rail] = runtime.tool_input_rails if tool_in else self.input_rails
+        self.tool_input_group: RailGroup = rails.tool_input if tool_in else rails.input
+        self.tool_output_rails: Sequence[Rail] = runtime.tool_output_rails if tool_out else self.output_rails
+        self.tool_output_group: RailGroup = rails.tool_output if tool_out else rails.output
         self.speculates = bool(rails.input.during_main and self.input_rails)
         # The streaming settings when output rails check a streamed answer window by window.
         streaming = rails.output.streaming

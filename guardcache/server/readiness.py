@@ -181,7 +181,13 @@ def targets(rails: Mapping[str, LLMRails], main_mode: str) -> list[Target]:
         main = _main_probe(r, main_mode)
         if main is not None:
             found.append(Target(f"{config_id}/main", "main model", models.get("main"), main))
-        for rail in [*r._runtime.input_rails, *r._runtime.output_rails]:
+        runtime = r._runtime
+        for rail in [
+            *runtime.input_rails,
+            *runtime.output_rails,
+            *runtime.tool_input_rails,
+            *runtime.tool_output_rails,
+        ]:
             model_type = _model_type_of(r, rail.check)
 
             async def probe(deadline: float, check: Any = rail.check) -> None:
