@@ -249,6 +249,18 @@ async def test_a_streamed_tool_call_cut_off_mid_stream_is_blocked_without_output
     assert len(ok.tool_calls) == 1 and ok.blocked is None
 
 
+async def test_a_stream_that_breaks_inside_a_tool_call_is_a_block_not_an_error(
+    emulator_factory: EmulatorFactory,
+) -> None:
+    rails, _, main = await rails_on(emulator_factory, output_flows="[]")
+    main.set_faults(invalid_body_rate=1.0)  # the stream's last event is cut short, after the call's deltas
+    stream = rails.stream_async(messages=ask('call_tool get_weather {"city": "Paris"}'), tools=TOOLS)
+    assert [piece async for piece in stream] == [REFUSAL]
+    assert stream.tool_calls == () and stream.rail == TOOL_CALL_FORMAT
+    blocker = stream.turn.checks.blocked_by
+    assert blocker is not None and "stream ended inside a tool call" in (blocker.error or "")
+
+
 # -- RunnableRails -----------------------------------------------------------------------------------
 
 

@@ -175,3 +175,24 @@ async def test_serve_continues_the_trace_an_incoming_traceparent_carries(
     assert second.parent is None and second.context.trace_id != int(trace_id, 16)  # its own trace
     assert {s.context.trace_id for s in children(finished, first)} == {int(trace_id, 16)}
     assert_no_user_text(finished)
+
+
+async def test_rail_spans_say_what_they_judged_a_message_a_tool_result_or_a_tool_call(
+    emulator_factory: EmulatorFactory, spans: InMemorySpanExporter
+) -> None:
+    guard, main = await emulator_factory(), await emulator_factory()
+    rails = LLMRails(guard_config(guard.base_url, main_url=main.base_url))
+    tools = [{"type": "function", "function": {"name": "get_weather", "parameters": {"type": "object"}}}]
+    call = {"id": "c1", "type": "function", "function": {"name": "get_weather", "arguments": "{}"}}
+    messages = [
+        {"role": "user", "content": 'call_tool get_weather {"city": "Oslo"}'},
+        {"role": "assistant", "content": None, "tool_calls": [call]},
+        {"role": "tool", "tool_call_id": "c1", "content": "Snow."},
+        {"role": "user", "content": 'call_tool get_weather {"city": "Rome"}'},
+    ]
+    reply = await rails.generate_async(messages=messages, tools=tools)
+    assert reply["tool_calls"]
+    kinds = [
+        s.attributes["guardcache.rail.kind"] for s in by_name(spans.get_finished_spans(), "guardcache.rail")
+    ]
+    assert sorted(kinds) == ["message", "tool_call", "tool_result"]
