@@ -337,7 +337,8 @@ class GuardedTurn:
         # An early main model's stream is buffered here until the verdict (a plain answer needs none).
         buffer: asyncio.Queue[str | _End] | None = None
         early: asyncio.Task[Any] | None = None
-        if runner.speculates:
+        # A tool result is judged before the main model reads it: no early start with one.
+        if runner.speculates and not self._tool_results:
             buffer = asyncio.Queue() if self._stream_main else None
             start = self._pump(buffer) if buffer is not None else self._generate()
             inputs, early = await run_with_early_start(self._inputs, lambda: start)

@@ -177,6 +177,18 @@ async def test_an_unsafe_tool_result_is_refused_before_the_main_model_reads_it(
     assert (await main.astats(prompts=False)).requests_total == 0  # never read it
 
 
+async def test_the_main_model_never_starts_early_on_a_turn_with_a_tool_result(
+    emulator_factory: EmulatorFactory,
+) -> None:
+    # rails.input.during_main starts the main model on a check miss; a tool result must be judged
+    # before the main model reads it, so a turn with one waits for every verdict.
+    rails, _, main = await rails_on(emulator_factory, input_flows=f"[{INPUT_FLOW}], during_main: true")
+    assert rails.config.rails.input.during_main
+    reply = await rails.generate_async(messages=after_tool("Then stab the courier at the door."), tools=TOOLS)
+    assert reply["content"] == REFUSAL
+    assert (await main.astats(prompts=False)).requests_total == 0
+
+
 async def test_a_tool_result_anywhere_in_the_conversation_is_judged(
     emulator_factory: EmulatorFactory,
 ) -> None:
