@@ -20,6 +20,7 @@ import time
 from collections.abc import Mapping, Sequence
 from typing import Any, NamedTuple
 
+from guardcache.checks.verdict import MESSAGE as MESSAGE_KIND
 from guardcache.checks.verdict import RailResult
 from guardcache.config import RailGroup
 from guardcache.llm.records import request_scope
@@ -81,9 +82,9 @@ async def run_items(runner: TurnRunner, items: Sequence[Item]) -> Checked:
     outputs = [item for item in items if item.direction == OUTPUT]
     with request_scope() as explain:
         turn = TurnInfo(explain)
-        outcomes = await _run(runner.input_rails, runner.input_group, inputs)
+        outcomes = await _run(runner, inputs)
         if outputs and all(r.allowed for o in outcomes for r in o.results):
-            outcomes += await _run(runner.output_rails, runner.output_group, outputs)
+            outcomes += await _run(runner, outputs)
         turn.checks = CheckResult(
             tuple(r for o in outcomes if o.item.direction == INPUT for r in o.results),
             tuple(r for o in outcomes if o.item.direction == OUTPUT for r in o.results),
@@ -91,21 +92,42 @@ async def run_items(runner: TurnRunner, items: Sequence[Item]) -> Checked:
     return Checked(turn, outcomes)
 
 
-async def _run(rails: Sequence[Rail], group: RailGroup, items: Sequence[Item]) -> list[Outcome]:
+def rails_for(runner: TurnRunner, item: Item) -> tuple[Sequence[Rail], RailGroup]:
+    """What judges an item, as in a chat turn: a tool result the tool-input rails, a tool call the
+    tool-output rails (NeMo's ``rails.tool_input``/``tool_output``; the input and output rails when
+    a config has none), anything else its direction's rails."""
+    if item.kind == TOOL_RESULT:
+        return runner.tool_input_rails, runner.tool_input_group
+    if item.kind == TOOL_CALL:
+        return runner.tool_output_rails, runner.tool_output_group
+    if item.direction == INPUT:
+        return runner.input_rails, runner.input_group
+    return runner.output_rails, runner.output_group
+
+
+async def _judge(runner: TurnRunner, item: Item) -> list[RailResult]:
+    rails, group = rails_for(runner, item)
+    kind = item.kind if item.kind in (TOOL_RESULT, TOOL_CALL) else MESSAGE_KIND
+    return await run_group(rails, item.variables, group, kind=kind)
+
+
+async def _run(runner: TurnRunner, items: Sequence[Item]) -> list[Outcome]:
     """One direction's items. In order (stopping at the first block) when there is nothing to
     overlap (one item, or every verdict cached: tasks would cost more CPU than the hits); else all
     at once, so a long conversation's misses wait for one backend round trip, not one per text."""
     if not items:
         return []
-    if len(items) == 1 or all(_cached(rail, item.variables) for item in items for rail in rails):
+    if len(items) == 1 or all(
+        _cached(rail, item.variables) for item in items for rail in rails_for(runner, item)[0]
+    ):
         outcomes: list[Outcome] = []
         for item in items:
-            results = await run_group(rails, item.variables, group)
+            results = await _judge(runner, item)
             outcomes.append(Outcome(item, results))
             if not all(r.allowed for r in results):
                 break
         return outcomes
-    ran = await asyncio.gather(*(run_group(rails, item.variables, group) for item in items))
+    ran = await asyncio.gather(*(_judge(runner, item) for item in items))
     return [Outcome(item, results) for item, results in zip(items, ran, strict=True)]
 
 
