@@ -231,7 +231,9 @@ async def test_each_mode_gets_its_client_with_tls_and_credentials_without_connec
         RedisEndpoint(urls=("rediss://h:1/0",), **login), pool_size=3, timeout=0.2, connect_timeout=0.7
     )
     pool = one.client.connection_pool
-    assert one.gate is None and one.one_node and isinstance(pool, BlockingConnectionPool)
+    assert one.one_node and isinstance(pool, BlockingConnectionPool)
+    # at most pool_size operations at once, and none before a connection is open (it comes up first)
+    assert one.capacity.limit == 3 and one.capacity.open == 0
     # connections are set up off the operations' path, within the connect timeout
     assert is_off_path(pool.connection_class) and issubclass(pool.connection_class, SSLConnection)
     assert pool.max_connections == 3 and pool.connection_kwargs["socket_connect_timeout"] == 0.7
@@ -250,7 +252,7 @@ async def test_each_mode_gets_its_client_with_tls_and_credentials_without_connec
     )
     client = cluster.client
     assert isinstance(client, RedisCluster) and not cluster.one_node
-    assert cluster.gate is not None and cluster.gate._value == 4  # the pools do not queue: the gate does
+    assert cluster.capacity.limit == 4  # the pools do not queue: the capacity does
     kwargs = client.connection_kwargs
     assert issubclass(kwargs["connection_class"], SSLConnection) and kwargs["ssl_ca_certs"] == ca
     assert is_off_path(kwargs["connection_class"]) and kwargs["socket_connect_timeout"] == 0.7
@@ -273,7 +275,7 @@ async def test_each_mode_gets_its_client_with_tls_and_credentials_without_connec
         connect_timeout=0.7,
     )
     primary = sentinel.client.connection_pool
-    assert isinstance(primary, SentinelConnectionPool) and sentinel.one_node and sentinel.gate is not None
+    assert isinstance(primary, SentinelConnectionPool) and sentinel.one_node and sentinel.capacity.limit == 5
     assert issubclass(primary.connection_class, SentinelManagedSSLConnection)
     assert is_off_path(primary.connection_class) and primary.max_connections == 5
     assert sentinel.setups.timeout_s == 1.4  # the Sentinels are asked first, then the primary

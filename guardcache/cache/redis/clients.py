@@ -13,12 +13,13 @@ Sentinel-managed primary (:class:`RedisEndpoint`), and the redis-py clients of e
   connection asks the Sentinels for the current primary, and a connection to a demoted or dead one
   is dropped (``READONLY`` and connection errors), so the next one reaches the new primary.
 
-The cluster's and the Sentinel's pools do not queue (they raise when all their connections are in
-use), so those modes get a semaphore of ``pool_size`` (:attr:`AsyncConnection.gate`): at most
-that many operations of one event loop at once, the others wait within their budget, as with the
-standalone pool. Retries are off in every mode (a retry would spend the request's budget on a Redis
-that has just failed), but redirections are not retries: ``MOVED`` and ``ASK`` are followed within
-the operation's budget.
+Every mode bounds one event loop's operations with :attr:`AsyncConnection.capacity`: at most
+``pool_size`` at once (the cluster's and the Sentinel's pools raise when all their connections are
+in use instead of queueing), and no more than the client has connections open, so that a burst
+takes turns on the open connections (the others wait within their budget) while more are set up in
+the background, rather than each operation waiting for a new connection's set-up. Retries are off
+in every mode (a retry would spend the request's budget on a Redis that has just failed), but
+redirections are not retries: ``MOVED`` and ``ASK`` are followed within the operation's budget.
 
 Connections are set up off the operations' path (:mod:`~guardcache.cache.redis.connecting`): each
 client's connection classes are wrapped so that a new connection is made in a task of its own within
@@ -48,7 +49,7 @@ from redis.backoff import NoBackoff
 from redis.crc import REDIS_CLUSTER_HASH_SLOTS
 from redis.exceptions import RedisClusterException, ResponseError, TryAgainError
 
-from guardcache.cache.redis.connecting import SetUps, off_path
+from guardcache.cache.redis.connecting import Capacity, SetUps, describe, off_path
 
 Mode = Literal["standalone", "cluster", "sentinel"]
 MODES: tuple[Mode, ...] = ("standalone", "cluster", "sentinel")
@@ -189,7 +190,8 @@ class RedisEndpoint:
 
 
 class ClusterNotCovered(RedisClusterException):
-    """A cluster whose slot map leaves slots without a primary: not usable yet."""
+    """A cluster whose slot map leaves slots without a primary, or whose primaries do not see it ok:
+    not usable yet."""
 
 
 class SlotMigrating(ResponseError):
@@ -202,7 +204,7 @@ def _tryagain_fails_fast(base: type[Any]) -> type[Any]:
     """``base`` whose ``TRYAGAIN`` answers raise :class:`SlotMigrating` (a plain ``ResponseError``
     to redis-py's cluster client, which it raises at once)."""
 
-    class FailFast(base):  # type: ignore[valid-type,misc]
+    class FailFast(base):  # type: ignore[misc]
         async def read_response(self, *args: Any, **kwargs: Any) -> Any:
             try:
                 return await super().read_response(*args, **kwargs)
@@ -232,13 +234,13 @@ class AsyncConnection:
     """One event loop's client of an endpoint.
 
     ``client`` takes keyed commands and scripts (routed to the key's node in a cluster);
-    ``one_node``: whether a command may name keys of different slots (not in a cluster); ``gate``:
-    the semaphore bounding concurrent operations (None: the pool queues by itself); ``setups``: its
-    connections' set-ups (made off the operations' path, see
-    :mod:`~guardcache.cache.redis.connecting`).
+    ``one_node``: whether a command may name keys of different slots (not in a cluster);
+    ``capacity``: bounds concurrent operations by ``pool_size`` and by the connections open (see
+    :class:`~guardcache.cache.redis.connecting.Capacity`); ``setups``: its connections' set-ups (made
+    off the operations' path, see :mod:`~guardcache.cache.redis.connecting`).
     """
 
-    __slots__ = ("client", "endpoint", "gate", "one_node", "sentinel", "setups")
+    __slots__ = ("capacity", "client", "endpoint", "one_node", "sentinel", "setups")
 
     def __init__(
         self,
@@ -246,23 +248,43 @@ class AsyncConnection:
         client: Redis | RedisCluster,
         *,
         setups: SetUps,
-        gate: asyncio.Semaphore | None = None,
+        pool_size: int,
         sentinel: Sentinel | None = None,
     ) -> None:
         self.endpoint = endpoint
         self.client = client
         self.setups = setups
-        self.gate = gate
         self.one_node = endpoint.mode != "cluster"
         self.sentinel = sentinel
+        self.capacity = Capacity(pool_size, self._grow)
+
+    async def _grow(self) -> None:
+        """One more connection open in the pool (a cluster: in every primary's), set up off the
+        operations' path. Taking a connection from a pool that has an idle one takes that one:
+        then the client had one more open than counted, which is as good."""
+        client = self.client
+        if isinstance(client, RedisCluster):
+
+            async def one(node: ClusterNode) -> None:
+                connection = node.acquire_connection()
+                try:
+                    await connection.connect()  # type: ignore[no-untyped-call]
+                finally:
+                    node.release(connection)
+
+            await asyncio.gather(*(one(node) for node in client.get_primaries()))
+        else:
+            pool = client.connection_pool
+            connection = await pool.get_connection()  # type: ignore[no-untyped-call]
+            await pool.release(connection)
 
     async def set_up(self) -> None:
         """Raise unless the endpoint can serve the tier: standalone and Sentinel, a PING of the
         (current) primary, which sets up a connection (with Sentinel, after asking the Sentinels
         where the primary is); cluster, the slot map read (again, when a node failed since), every
-        slot covered by a primary, and a PING of every primary (a primary that died and was not yet
-        replaced fails it). The store runs it off the operations' path: to come up, and as the
-        circuit breaker's probe."""
+        slot covered by a primary, and every primary answering that it sees the cluster ok (a
+        primary that died and was not yet replaced fails it). The store runs it off the
+        operations' path: to come up, and as the circuit breaker's probe."""
         client = self.client
         if isinstance(client, RedisCluster):
             await client.initialize()
@@ -274,11 +296,52 @@ class AsyncConnection:
                     f"the cluster serves {REDIS_CLUSTER_HASH_SLOTS - len(missing)} of "
                     f"{REDIS_CLUSTER_HASH_SLOTS} slots: no primary for slots {_slot_ranges(missing)}"
                 )
-            await client.ping(target_nodes=RedisCluster.PRIMARIES)
+            # every primary answers, and sees the cluster ok (a node that has just been given its
+            # slots, or that lost sight of a primary, answers CLUSTERDOWN to keyed commands)
+            infos: dict[str, Any] = await client.cluster_info(target_nodes=RedisCluster.PRIMARIES)
+            if "cluster_state" in infos:  # one primary: its answer itself
+                default = client.get_default_node()
+                infos = {default.name if default is not None else "the primary": infos}
+            down = sorted(name for name, info in infos.items() if info.get("cluster_state") != "ok")
+            if down:
+                await client.aclose()
+                raise ClusterNotCovered(f"cluster_state is not ok on {', '.join(down)}")
         else:
             await client.ping()
 
     probe = set_up
+
+    async def unreachable_seeds(self, limit_s: float) -> dict[str, str]:
+        """A cluster's seed nodes that do not answer a PING within ``limit_s`` (address -> what went
+        wrong), each asked on a connection of its own. The client reads the slots from the first
+        seed that answers (in random order), so a dead seed may never be noticed otherwise; the
+        store asks once, after the tier first came up, to name it in a WARNING."""
+        if self.one_node or len(self.endpoint.urls) < 2:
+            return {}
+        login = self.endpoint._seed_login()
+
+        async def ping(host: str, port: int) -> str | None:
+            client = Redis(
+                host=host,
+                port=port,
+                ssl=self.endpoint.uses_tls,
+                socket_connect_timeout=limit_s,
+                socket_timeout=limit_s,
+                retry=Retry(NoBackoff(), 0),
+                **login,
+            )
+            try:
+                async with asyncio.timeout(2 * limit_s):
+                    await client.ping()
+            except (redis.RedisError, OSError, TimeoutError) as exc:
+                return describe(exc)
+            finally:
+                await client.aclose()
+            return None
+
+        seeds = self.endpoint._seeds()
+        answers = await asyncio.gather(*(ping(host, port) for host, port in seeds))
+        return {f"{host}:{port}": why for (host, port), why in zip(seeds, answers, strict=True) if why}
 
     def stale(self) -> bool:
         """Whether the client must read its topology again before its next command (a cluster
@@ -288,6 +351,7 @@ class AsyncConnection:
         return bool(getattr(self.client, "_initialize", False)) if not self.one_node else False
 
     async def aclose(self) -> None:
+        await self.capacity.aclose()
         await self.setups.cancel()
         await self.client.aclose()
         if self.sentinel is not None:
@@ -297,8 +361,9 @@ class AsyncConnection:
 def async_connection(
     endpoint: RedisEndpoint, *, pool_size: int, timeout: float, connect_timeout: float
 ) -> AsyncConnection:
-    """A client of ``endpoint`` for the running event loop: at most ``pool_size`` operations at once
-    (a cluster keeps up to twice that many connections per node: a rotating lookup holds two),
+    """A client of ``endpoint`` for the running event loop: at most ``pool_size`` operations at once,
+    and no more than connections open (a cluster keeps up to twice ``pool_size`` connections per
+    node: a rotating lookup holds two),
     redis-py's own timeouts at ``timeout`` (the caller's backstop), no retries; each connection set
     up off the operations' path within ``connect_timeout`` (with Sentinel twice that: the Sentinels
     are asked first)."""
@@ -314,14 +379,13 @@ def async_connection(
             **endpoint._login(),
         )
         pool.connection_class = off_path(pool.connection_class, setups)
-        return AsyncConnection(endpoint, Redis.from_pool(pool), setups=setups)
-    gate = asyncio.Semaphore(pool_size)
+        return AsyncConnection(endpoint, Redis.from_pool(pool), setups=setups, pool_size=pool_size)
     if endpoint.mode == "cluster":
         setups = SetUps(connect_timeout)
         cluster = RedisCluster(
             startup_nodes=[ClusterNode(host, port) for host, port in endpoint._seeds()],
-            # Per node; the gate lets pool_size operations run at once, and a lookup during a key
-            # rotation holds two connections (its two slots may live on one node).
+            # Per node; pool_size operations run at once, and a lookup during a key rotation holds
+            # two connections (its two slots may live on one node).
             max_connections=2 * pool_size,
             retry=Retry(NoBackoff(), 0),
             # Keep serving the slots that are covered while a primary is down (those that are not
@@ -338,7 +402,7 @@ def async_connection(
         cluster.connection_kwargs["connection_class"] = wrapped
         for node in cluster.startup_nodes:
             node.connection_class = wrapped  # type: ignore[assignment]
-        return AsyncConnection(endpoint, cluster, setups=setups, gate=gate)
+        return AsyncConnection(endpoint, cluster, setups=setups, pool_size=pool_size)
     setups = SetUps(2 * connect_timeout)
     sentinel = Sentinel(  # type: ignore[no-untyped-call]
         endpoint.sentinels,
@@ -357,7 +421,7 @@ def async_connection(
         ssl=endpoint.tls,
         **endpoint._login(),
     )
-    return AsyncConnection(endpoint, primary, setups=setups, gate=gate, sentinel=sentinel)
+    return AsyncConnection(endpoint, primary, setups=setups, pool_size=pool_size, sentinel=sentinel)
 
 
 # -- the CLI's clients (synchronous) ------------------------------------------------------------------
@@ -434,8 +498,8 @@ __all__ = [
     "AsyncConnection",
     "ClusterNotCovered",
     "Mode",
-    "SlotMigrating",
     "RedisEndpoint",
+    "SlotMigrating",
     "admin_client",
     "async_connection",
     "redacted",

@@ -17,6 +17,10 @@ connection's set-up task and wait for it, shielded: a waiter's cancellation neve
 While that task runs the connection says it is not connected (to everyone but the task), so no other
 operation sends a command on a half-made connection; a set-up that fails or times out disconnects
 what it opened. The operation in progress is told through a context variable (:func:`watching`).
+
+And operations do not outnumber the connections (:class:`Capacity`): a burst of lookups on a client
+with one connection open queues for it (a round trip each, well within their budgets) while more
+connections are set up in the background, instead of each one waiting for a connection of its own.
 """
 
 from __future__ import annotations
@@ -24,6 +28,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import contextvars
+from collections.abc import Awaitable, Callable
+from types import TracebackType
 from typing import Any, cast
 
 from redis.asyncio.connection import AbstractConnection
@@ -35,7 +41,6 @@ _IN_SETUP: contextvars.ContextVar[bool] = contextvars.ContextVar("guardcache_red
 _WAITER: contextvars.ContextVar[SetupWait | None] = contextvars.ContextVar(
     "guardcache_redis_setup_wait", default=None
 )
-_MAX_NOTED = 32  # nodes whose failed set-up is remembered for the next report
 
 
 class SetupWait:
@@ -67,22 +72,13 @@ def done_watching(token: contextvars.Token[SetupWait | None]) -> None:
 
 
 class SetUps:
-    """The connection set-ups of one client: their time limit, the tasks running, and the nodes whose
-    set-up failed since the store last asked (:meth:`take_failures`), for a WARNING naming them."""
+    """The connection set-ups of one client: their time limit, the tasks running, and how many were
+    started (the store tells by it whether set-ups overlapped an operation)."""
 
     def __init__(self, timeout_s: float) -> None:
         self.timeout_s = timeout_s
         self.running: set[asyncio.Task[None]] = set()
-        self._failures: dict[str, str] = {}
-
-    def note_failure(self, node: str, exc: BaseException) -> None:
-        if node in self._failures or len(self._failures) < _MAX_NOTED:
-            self._failures[node] = describe(exc)
-
-    def take_failures(self) -> dict[str, str]:
-        """Node -> what its set-up raised, since the last call."""
-        failures, self._failures = self._failures, {}
-        return failures
+        self.started = 0
 
     def _finished(self, task: asyncio.Task[None]) -> None:
         self.running.discard(task)
@@ -92,6 +88,91 @@ class SetUps:
     async def cancel(self) -> None:
         """Stop every set-up still running (the client is closing)."""
         tasks = list(self.running)
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+
+
+class Capacity:
+    """``async with capacity:`` around each operation of a client: at most as many at once as it has
+    connections open, up to ``limit`` (``pool_size``). When operations find them all busy, ``grow``
+    (one more connection, on every node the client writes to) runs in the background, once for
+    each operation waiting (up to the limit, in parallel), and each connection it opens lets one
+    more operation in; until then operations take turns on the open ones. Why: a new connection
+    takes a set-up (80 ms through a slow TLS handshake, a Sentinel asked first, a starved CPU), far
+    more than the round trips of a few operations queued behind a busy one, and an operation that
+    waits for a set-up misses.
+
+    ``open`` counts what the client had when it came up (:meth:`opened`) and what growing added; a
+    connection that breaks is set up again by the operation that next needs it. ``on_failure`` is
+    told when growing fails (the store: a Redis that was up and now fails to set up a connection
+    is failing, and its circuit opens)."""
+
+    def __init__(self, limit: int, grow: Callable[[], Awaitable[None]]) -> None:
+        self.limit = limit
+        self.open = 0
+        self.on_failure: Callable[[BaseException], None] | None = None
+        self._grow = grow
+        self._slots = asyncio.Semaphore(0)
+        self._growing: set[asyncio.Task[None]] = set()
+        self._waiting = 0
+
+    def opened(self, n: int = 1) -> None:
+        """``n`` more connections are open: as many more operations may run at once."""
+        n = min(n, self.limit - self.open)
+        self.open += n
+        for _ in range(n):
+            self._slots.release()
+
+    @property
+    def growing(self) -> int:
+        """Connections being added."""
+        return len(self._growing)
+
+    async def __aenter__(self) -> Capacity:
+        if self._slots.locked():
+            more = min(self.limit - self.open - len(self._growing), self._waiting + 1)
+            loop = asyncio.get_running_loop()
+            for _ in range(more):  # a fresh context: growing belongs to no operation
+                task = loop.create_task(
+                    self._grow_one(), name="guardcache-redis-grow", context=contextvars.Context()
+                )
+                self._growing.add(task)
+                task.add_done_callback(self._growing.discard)
+        self._waiting += 1
+        try:
+            await self._slots.acquire()
+        finally:
+            self._waiting -= 1
+        return self
+
+    async def __aexit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self._slots.release()
+
+    async def _grow_one(self) -> None:
+        try:
+            await self._grow()
+        except Exception as exc:  # not now: the next queue tries again
+            if self.on_failure is not None:
+                self.on_failure(exc)
+            return
+        self.opened()
+
+    async def fill(self) -> None:
+        """Open connections up to the limit (in parallel) and wait for them: a warm-up."""
+        loop = asyncio.get_running_loop()
+        for _ in range(self.limit - self.open - len(self._growing)):
+            task = loop.create_task(
+                self._grow_one(), name="guardcache-redis-grow", context=contextvars.Context()
+            )
+            self._growing.add(task)
+            task.add_done_callback(self._growing.discard)
+        await asyncio.gather(*self._growing)
+
+    async def aclose(self) -> None:
+        tasks = list(self._growing)
         for task in tasks:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
@@ -154,6 +235,7 @@ def off_path(base: type[AbstractConnection], setups: SetUps) -> type[AbstractCon
                     self._gc_connect(), name="guardcache-redis-connect", context=contextvars.Context()
                 )
                 self._gc_task = task
+                setups.started += 1
                 setups.running.add(task)
                 task.add_done_callback(setups._finished)
             wait = _WAITER.get()
@@ -180,12 +262,11 @@ def off_path(base: type[AbstractConnection], setups: SetUps) -> type[AbstractCon
                     await self.disconnect(nowait=True)  # (TCP open, handshake unanswered)
                 if isinstance(exc, asyncio.CancelledError):
                     raise
-                if type(exc) is TimeoutError:  # our limit, not redis-py's
-                    exc = RedisTimeoutError(
+                if type(exc) is TimeoutError:  # our limit, not redis-py's: say where
+                    raise RedisTimeoutError(
                         f"connection set-up with {node_name(self)} took longer than {timeout_s * 1000:.0f} ms"
-                    )
-                setups.note_failure(node_name(self), exc)
-                raise exc from None
+                    ) from None
+                raise
 
     OffPath.__name__ = OffPath.__qualname__ = f"OffPath{base.__name__}"
     return OffPath
@@ -197,6 +278,7 @@ def is_off_path(cls: type[Any]) -> bool:
 
 
 __all__ = [
+    "Capacity",
     "SetUps",
     "SetupWait",
     "describe",

@@ -63,12 +63,18 @@ import threading
 import time
 import weakref
 from collections import OrderedDict
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Coroutine, Mapping
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 from redis.commands.core import AsyncScript
-from redis.exceptions import ClusterError, RedisClusterException, RedisError, TryAgainError
+from redis.exceptions import (
+    ClusterError,
+    MaxConnectionsError,
+    RedisClusterException,
+    RedisError,
+    TryAgainError,
+)
 
 from guardcache.cache.recorder import DISABLED_RECORDER, StatsRecorder
 from guardcache.cache.redis.auth import RedisAuth, check_secret
@@ -253,17 +259,17 @@ class RedisSettings:
 
 
 class _LoopClient:
-    """A client of one event loop, its registered scripts (``one_node`` and ``gate``: see
+    """A client of one event loop, its registered scripts (``one_node`` and ``capacity``: see
     :class:`~guardcache.cache.redis.clients.AsyncConnection`) and its set-up: ``up`` once it has
     come up; ``attempt`` resolves (to whether it came up) when the set-up attempt in progress ends
     (None between attempts); ``pending``: Redis key -> (payload, expiry) written once it is up."""
 
     __slots__ = (
         "attempt",
+        "capacity",
         "client",
         "connection",
         "connector",
-        "gate",
         "get_or_lease",
         "one_node",
         "pending",
@@ -276,7 +282,7 @@ class _LoopClient:
     def __init__(self, connection: AsyncConnection) -> None:
         self.connection = connection
         self.client = client = connection.client
-        self.gate = connection.gate
+        self.capacity = connection.capacity
         self.one_node = connection.one_node
         self.get_or_lease: AsyncScript = client.register_script(_GET_OR_LEASE)
         self.set_and_release: AsyncScript = client.register_script(_SET_AND_RELEASE)
@@ -327,6 +333,8 @@ class RedisStore:
         self._setup_retry_at = 0.0  # no set-up attempt before this (clock); after a failed one
         self._setup_failing = False  # an attempt failed since the tier was last up
         self._clock = clock
+        self._seeds_checked = False  # a cluster's seed nodes are asked once, after it first came up
+        self._tasks: set[asyncio.Task[None]] = set()
         self.writes_dropped = 0  # pending writes given up (over the bound, or never written)
         # On one server, an operation that began before the circuit opened and came back fine shows
         # that Redis answers again. In a cluster it shows only that its own slot's primary does:
@@ -360,7 +368,14 @@ class RedisStore:
                 state = self._clients.get(loop)
                 if state is None:
                     state = self._clients[loop] = _LoopClient(self._make_client())
+                    state.capacity.on_failure = self._growing_failed
         return state
+
+    def _growing_failed(self, exc: BaseException) -> None:
+        """A connection more for a tier that is up could not be set up: Redis fails (a full pool
+        is no failure of Redis)."""
+        if isinstance(exc, _REDIS_FAILURES) and not isinstance(exc, MaxConnectionsError):
+            self._failed(exc)
 
     async def _run(
         self,
@@ -385,7 +400,10 @@ class RedisStore:
             if attempt is None or not wait:
                 return CONNECTING
         setup = SetupWait()
+        setups = state.connection.setups
+        mark = -1 if setups.running else setups.started  # to tell whether set-ups overlapped this op
         token = watching(setup)
+        turn = False
         try:
             async with StallTolerantTimeout(budget or self._timeout, grace=_GRACE):
                 if attempt is not None:  # the client is being set up: wait for it, within the budget
@@ -393,13 +411,22 @@ class RedisStore:
                     if not await asyncio.shield(attempt):
                         return CONNECTING
                     setup.pending -= 1
-                if state.gate is None:
+                async with state.capacity:  # a free connection, or a turn on one: within the budget
+                    turn = True
                     result = await op(state)
-                else:  # a cluster's or Sentinel's pool does not queue: wait here, within the budget
-                    async with state.gate:
-                        result = await op(state)
         except _REDIS_FAILURES as exc:
-            if setup.still_connecting:
+            if setup.still_connecting or (
+                # The budget ran out in an op that waited for its client to come up, or for a turn
+                # while connections were being set up (its own, or more for the pool): the time
+                # went to setting up, not to Redis failing to answer. (A Redis that hangs fails
+                # those set-ups within the connect timeout, and the circuit opens then.)
+                type(exc) is TimeoutError
+                and setup.failed is None
+                and (
+                    attempt is not None
+                    or (not turn and (mark < 0 or setups.started != mark or setups.running))
+                )
+            ):
                 return CONNECTING  # a set-up outlasted the budget: this op's miss, Redis did not fail
             if _slot_moving(exc):
                 self._slot_moving(exc)
@@ -445,11 +472,7 @@ class RedisStore:
         try:
             async with StallTolerantTimeout(self._probe_budget, grace=_GRACE):
                 state = self._client()
-                if state.gate is None:
-                    await state.connection.probe()
-                else:
-                    async with state.gate:
-                        await state.connection.probe()
+                await state.connection.probe()  # no turn needed: it sets up what it uses
         except _REDIS_FAILURES as exc:
             self._failed(exc, probe=True)
         except BaseException:
@@ -459,6 +482,8 @@ class RedisStore:
             self._recovered()
             if not state.up:  # a loop whose client had not come up: the probe brought it up
                 state.up = True
+                if state.capacity.open == 0:
+                    state.capacity.opened()
                 if state.pending:
                     self._start_writer(state)
 
@@ -500,15 +525,9 @@ class RedisStore:
 
     async def _attempt(self, state: _LoopClient) -> bool:
         """One set-up attempt: whether the client came up (a failure is counted and logged)."""
-        setups = state.connection.setups
-        setups.take_failures()  # only this attempt's are reported
         try:
             async with StallTolerantTimeout(self._setup_budget, grace=_GRACE):
-                if state.gate is None:
-                    await state.connection.set_up()
-                else:
-                    async with state.gate:
-                        await state.connection.set_up()
+                await state.connection.set_up()
         except asyncio.CancelledError:
             raise
         except Exception as exc:  # a Redis problem (or a redis-py bug): not up, try again later
@@ -524,12 +543,13 @@ class RedisStore:
             )
             return False
         state.up = True
+        if state.capacity.open == 0:
+            state.capacity.opened()  # the connection (a cluster: one per primary) the set-up opened
         self._setup_backoff.reset()
         self._setup_retry_at = 0.0
-        unreachable = setups.take_failures()
-        if unreachable:
-            where = "; ".join(f"{node}: {what}" for node, what in unreachable.items())
-            self._warn.warning(f"Redis tier {self._where} connected, but could not reach {where}")
+        if not self._seeds_checked:
+            self._seeds_checked = True
+            self._background(self._check_seeds(state.connection))
         if self._setup_failing:
             self._setup_failing = False
             self._warn.recovered(f"Redis tier {self._where} is connected")
@@ -538,6 +558,21 @@ class RedisStore:
         if state.pending:
             self._start_writer(state)
         return True
+
+    async def _check_seeds(self, connection: AsyncConnection) -> None:
+        """Name the seed nodes that did not answer (the tier is up through another one)."""
+        unreachable = await connection.unreachable_seeds(self.settings.connect_timeout_s)
+        if unreachable:
+            nodes = "; ".join(f"{node} ({why})" for node, why in unreachable.items())
+            self._warn.warning(
+                f"Redis tier {self._where} is up, but seed node(s) did not answer: {nodes}; a replica "
+                "started while the others are down too cannot reach the cluster"
+            )
+
+    def _background(self, work: Coroutine[Any, Any, None]) -> None:
+        task = asyncio.get_running_loop().create_task(work)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
 
     # -- writes kept while the tier is not up -----------------------------------------------------
 
@@ -629,15 +664,18 @@ class RedisStore:
             pass
 
     async def connect(self) -> bool:
-        """Bring this loop's client up now (e.g. at start-up, so the first checks find it up) and
-        wait for the attempt (at most its budget: about twice the connect timeout); whether it is
-        up. Optional: the first operation starts it anyway."""
+        """Bring this loop's client up now and open its pool (``pool_size`` connections; a cluster:
+        to each primary), e.g. at start-up, so that the first checks find the tier up and a burst
+        finds a connection each; at most about twice the connect timeout for each; whether it is
+        up. Optional: the first operation starts the set-up anyway, and the pool grows as
+        operations queue for connections."""
         state = self._client()
-        if state.up and not state.connection.stale():
-            return True
-        attempt = self._start_setup(state)
-        if attempt is not None:
-            await self._wait(attempt, self._setup_budget + self._timeout)
+        if not state.up or state.connection.stale():
+            attempt = self._start_setup(state)
+            if attempt is not None:
+                await self._wait(attempt, self._setup_budget + self._timeout)
+        if state.up:
+            await self._wait(asyncio.ensure_future(state.capacity.fill()), self._setup_budget + self._timeout)
         return state.up
 
     @property
@@ -852,7 +890,11 @@ class RedisStore:
     async def aclose(self) -> None:
         """Close the running loop's client (other loops' clients close with their loops); what is
         still kept for it is dropped (call :meth:`drain` first to write it)."""
-        state = self._clients.pop(asyncio.get_running_loop(), None)
+        loop = asyncio.get_running_loop()
+        for mine in [t for t in self._tasks if t.get_loop() is loop and not t.done()]:
+            mine.cancel()
+            await asyncio.gather(mine, return_exceptions=True)
+        state = self._clients.pop(loop, None)
         if state is not None:
             state.up = False
             self.writes_dropped += len(state.pending)
