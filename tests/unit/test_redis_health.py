@@ -5,11 +5,21 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
+import subprocess
+import sys
 import time
+from collections.abc import Iterator
 
 import pytest
 
-from guardcache.cache.redis.health import Backoff, CircuitBreaker, StallTolerantTimeout, ThrottledLog
+from guardcache.cache.redis.health import (
+    Backoff,
+    CircuitBreaker,
+    StallTolerantTimeout,
+    ThrottledLog,
+    runqueue_wait,
+)
 
 
 class FakeClock:
@@ -158,3 +168,51 @@ async def test_an_outer_cancellation_is_not_turned_into_a_timeout() -> None:
     task.cancel()
     with pytest.raises(asyncio.CancelledError):
         await task
+
+
+def spin_for(seconds: float) -> None:
+    until = time.perf_counter() + seconds
+    while time.perf_counter() < until:
+        pass
+
+
+@pytest.fixture
+def one_busy_cpu() -> Iterator[None]:
+    """This thread pinned to one CPU with two processes spinning on it (restored, killed after)."""
+    cpu = min(os.sched_getaffinity(0))
+    pinned = f"import os\nos.sched_setaffinity(0, {{{cpu}}})\nwhile True: pass"
+    spinners = [subprocess.Popen([sys.executable, "-c", pinned]) for _ in range(2)]
+    before = os.sched_getaffinity(0)
+    os.sched_setaffinity(0, {cpu})
+    try:
+        yield
+    finally:
+        os.sched_setaffinity(0, before)
+        for spinner in spinners:
+            spinner.kill()
+            spinner.wait(10)
+
+
+@pytest.mark.skipif(
+    runqueue_wait() is None or not hasattr(os, "sched_setaffinity"), reason="needs Linux's schedstat"
+)
+async def test_a_deadline_missed_because_the_loop_waited_for_a_cpu_is_extended(one_busy_cpu: None) -> None:
+    """On a busy host the loop is descheduled in slices of a few milliseconds, none of which makes a
+    deadline late enough alone; what the loop's thread waited for a CPU is what tells."""
+    start = runqueue_wait()
+    assert start is not None
+    deadline = time.monotonic() + 30
+    while runqueue_wait() - start < 0.02:  # type: ignore[operator]  # until the spinners compete
+        assert time.monotonic() < deadline, "the spinners never took the CPU"
+        spin_for(0.005)
+
+    async def busy() -> None:  # the loop stays runnable, in short slices, as under load
+        for _ in range(200):
+            spin_for(0.001)
+            await asyncio.sleep(0)
+
+    beside = asyncio.create_task(busy())
+    async with StallTolerantTimeout(0.05) as timeout:
+        await asyncio.sleep(0.06)  # an answer held up by a loop that could not run
+    await beside
+    assert timeout.extended >= 1

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import threading
 import time
 from collections.abc import Callable
@@ -175,6 +176,31 @@ class ThrottledLog:
 
 _SETTLE_ROUNDS = 4  # loop iterations between a missed deadline and the cancellation
 
+_SCHEDSTAT: dict[int, tuple[int, int]] = {}  # native thread id -> (pid, fd of its schedstat, or -1)
+
+
+def runqueue_wait() -> float | None:
+    """Seconds the calling thread has spent runnable but waiting for a CPU (Linux's
+    ``/proc/self/task/<tid>/schedstat``; None where it cannot be read). The file stays open per
+    thread: one ``pread``, about a microsecond."""
+    tid = threading.get_native_id()
+    pid = os.getpid()
+    entry = _SCHEDSTAT.get(tid)
+    if entry is None or entry[0] != pid:  # first use in this thread, or a forked child
+        try:
+            fd = os.open(f"/proc/self/task/{tid}/schedstat", os.O_RDONLY)
+        except OSError:
+            fd = -1
+        entry = _SCHEDSTAT[tid] = (pid, fd)
+    if entry[1] < 0:
+        return None
+    try:
+        return int(os.pread(entry[1], 64, 0).split()[1]) / 1e9
+    except (OSError, ValueError, IndexError):  # e.g. a reused thread id whose old task is gone
+        os.close(entry[1])
+        del _SCHEDSTAT[tid]
+        return None
+
 
 class StallTolerantTimeout:
     """``async with StallTolerantTimeout(budget):`` like ``asyncio.timeout(budget)``, except when the
@@ -184,10 +210,12 @@ class StallTolerantTimeout:
     block the loop for longer than a 50 ms budget. Redis answered in 0.2 ms and the reply is sitting
     in the socket, but a plain timeout fires first (timers run before the woken reader task), the
     operation "fails", the circuit opens, and every replica computes on its own for a while. So when
-    the deadline callback runs more than ``stall_s`` late, the loop (not Redis) was slow: the
-    deadline moves ``budget`` further, up to ``grace`` times. Otherwise the cancellation still waits
-    a few loop iterations (microseconds), so a reply that has already arrived is read. A slow Redis
-    still times out on time.
+    the deadline callback runs more than ``stall_s`` late, or the loop's thread waited for a CPU for
+    more than ``stall_s`` since the operation began (:func:`runqueue_wait`: on a busy host the loop
+    is descheduled in slices of a few milliseconds, none late enough alone), the loop (not Redis)
+    was slow: the deadline moves ``budget`` further, up to ``grace`` times. Otherwise the
+    cancellation still waits a few loop iterations (microseconds), so a reply that has already
+    arrived is read. A slow Redis still times out on time.
     """
 
     def __init__(self, budget: float, *, grace: int = 2, stall_s: float | None = None) -> None:
@@ -200,6 +228,7 @@ class StallTolerantTimeout:
         self._handle: asyncio.Handle | None = None
         self._cancelling = 0
         self._deadline = 0.0
+        self._waited: float | None = None  # the thread's run-queue wait when last looked at
 
     async def __aenter__(self) -> StallTolerantTimeout:
         task = asyncio.current_task()
@@ -208,6 +237,7 @@ class StallTolerantTimeout:
         loop = asyncio.get_running_loop()
         self._task = task
         self._cancelling = task.cancelling()
+        self._waited = runqueue_wait()
         self._deadline = loop.time() + self.budget
         self._handle = loop.call_at(self._deadline, self._on_deadline)
         return self
@@ -216,7 +246,12 @@ class StallTolerantTimeout:
         assert self._task is not None
         loop = self._task.get_loop()
         now = loop.time()
-        if now - self._deadline > self.stall_s and self.extended < self.grace:
+        starved = 0.0
+        if self._waited is not None:
+            waited = runqueue_wait()
+            if waited is not None:
+                starved, self._waited = waited - self._waited, waited
+        if (now - self._deadline > self.stall_s or starved > self.stall_s) and self.extended < self.grace:
             self.extended += 1
             self._deadline = now + self.budget
             self._handle = loop.call_at(self._deadline, self._on_deadline)
@@ -247,4 +282,4 @@ class StallTolerantTimeout:
             raise TimeoutError(f"no answer within {self.budget * 1000:.0f} ms") from exc
 
 
-__all__ = ["Backoff", "CircuitBreaker", "Clock", "StallTolerantTimeout", "ThrottledLog"]
+__all__ = ["Backoff", "CircuitBreaker", "Clock", "StallTolerantTimeout", "ThrottledLog", "runqueue_wait"]
