@@ -35,6 +35,7 @@ CLI (``guardcache cache``) builds synchronous clients of the same endpoint (:fun
 from __future__ import annotations
 
 import asyncio
+import collections
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
@@ -230,6 +231,23 @@ def _slot_ranges(slots: set[int], most: int = 3) -> str:
     return ", ".join(ranges[:most]) + (", ..." if len(ranges) > most else "")
 
 
+class _LastInFirstOut(collections.deque):  # type: ignore[type-arg]
+    """A cluster node's free connections, handed out last released first. redis-py sends the
+    ``ASKING`` before a command redirected by ``ASK`` on a connection it then releases, and takes the
+    oldest free one for the command: with more than one free, the command went without its
+    ``ASKING``, was sent back, and a read of a slot being migrated never got its answer. Taking the
+    last released one back also keeps the fewest connections warm."""
+
+    def popleft(self) -> Any:
+        return self.pop()
+
+
+def _last_in_first_out(cluster: RedisCluster) -> None:
+    for node in cluster.nodes_manager.nodes_cache.values():
+        if not isinstance(node._free, _LastInFirstOut):
+            node._free = _LastInFirstOut(node._free, maxlen=node._free.maxlen)
+
+
 class AsyncConnection:
     """One event loop's client of an endpoint.
 
@@ -258,25 +276,34 @@ class AsyncConnection:
         self.sentinel = sentinel
         self.capacity = Capacity(pool_size, self._grow)
 
-    async def _grow(self) -> None:
-        """One more connection open in the pool (a cluster: in every primary's), set up off the
-        operations' path. Taking a connection from a pool that has an idle one takes that one:
-        then the client had one more open than counted, which is as good."""
+    async def _grow(self, n: int) -> None:
+        """``n`` connections taken from the pool (a cluster: from every primary's) all at once, its
+        idle ones first and new ones made for the rest, held until every one is set up (off the
+        operations' path), then given back: afterwards the pool has at least ``n`` open."""
         client = self.client
+        done: list[Any]
         if isinstance(client, RedisCluster):
-
-            async def one(node: ClusterNode) -> None:
-                connection = node.acquire_connection()
-                try:
-                    await connection.connect()  # type: ignore[no-untyped-call]
-                finally:
+            taken: list[tuple[ClusterNode, Any]] = []
+            _last_in_first_out(client)
+            try:
+                for node in client.get_primaries():
+                    for _ in range(n):
+                        taken.append((node, node.acquire_connection()))
+                connects = (c.connect() for _, c in taken)
+                done = await asyncio.gather(*connects, return_exceptions=True)
+            finally:
+                for node, connection in taken:
                     node.release(connection)
-
-            await asyncio.gather(*(one(node) for node in client.get_primaries()))
         else:
             pool = client.connection_pool
-            connection = await pool.get_connection()  # type: ignore[no-untyped-call]
-            await pool.release(connection)
+            gets = (pool.get_connection() for _ in range(n))  # type: ignore[no-untyped-call]
+            done = await asyncio.gather(*gets, return_exceptions=True)
+            for connection in done:
+                if not isinstance(connection, BaseException):
+                    await pool.release(connection)
+        failed = next((e for e in done if isinstance(e, BaseException)), None)
+        if failed is not None:
+            raise failed
 
     async def set_up(self) -> None:
         """Raise unless the endpoint can serve the tier: standalone and Sentinel, a PING of the
@@ -288,6 +315,7 @@ class AsyncConnection:
         client = self.client
         if isinstance(client, RedisCluster):
             await client.initialize()
+            _last_in_first_out(client)
             covered = client.nodes_manager.slots_cache.keys()
             if len(covered) < REDIS_CLUSTER_HASH_SLOTS:
                 missing = set(range(REDIS_CLUSTER_HASH_SLOTS)) - set(covered)

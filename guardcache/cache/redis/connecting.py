@@ -95,26 +95,28 @@ class SetUps:
 
 class Capacity:
     """``async with capacity:`` around each operation of a client: at most as many at once as it has
-    connections open, up to ``limit`` (``pool_size``). When operations find them all busy, ``grow``
-    (one more connection, on every node the client writes to) runs in the background, once for
-    each operation waiting (up to the limit, in parallel), and each connection it opens lets one
-    more operation in; until then operations take turns on the open ones. Why: a new connection
-    takes a set-up (80 ms through a slow TLS handshake, a Sentinel asked first, a starved CPU), far
-    more than the round trips of a few operations queued behind a busy one, and an operation that
-    waits for a set-up misses.
+    connections open, up to ``limit`` (``pool_size``). When operations find them all busy, ``grow(n)``
+    (``n`` connections taken from the pool of every node the client writes to, the idle ones and
+    new ones, set up together and given back) runs in the
+    background for as many as are waiting, and lets as many more operations in once they are open;
+    until then operations take turns on the open ones. Why: a new connection takes a set-up (80 ms
+    through a slow TLS handshake, a Sentinel asked first, a starved CPU), far more than the round
+    trips of a few operations queued behind a busy one, and an operation that waits for a set-up
+    misses.
 
     ``open`` counts what the client had when it came up (:meth:`opened`) and what growing added; a
     connection that breaks is set up again by the operation that next needs it. ``on_failure`` is
     told when growing fails (the store: a Redis that was up and now fails to set up a connection
     is failing, and its circuit opens)."""
 
-    def __init__(self, limit: int, grow: Callable[[], Awaitable[None]]) -> None:
+    def __init__(self, limit: int, grow: Callable[[int], Awaitable[None]]) -> None:
         self.limit = limit
         self.open = 0
+        self.growing = 0  # connections being added
         self.on_failure: Callable[[BaseException], None] | None = None
         self._grow = grow
         self._slots = asyncio.Semaphore(0)
-        self._growing: set[asyncio.Task[None]] = set()
+        self._tasks: set[asyncio.Task[None]] = set()
         self._waiting = 0
 
     def opened(self, n: int = 1) -> None:
@@ -124,21 +126,22 @@ class Capacity:
         for _ in range(n):
             self._slots.release()
 
-    @property
-    def growing(self) -> int:
-        """Connections being added."""
-        return len(self._growing)
+    def _start(self, n: int, take: int = 0) -> asyncio.Task[None] | None:
+        n = min(n, self.limit - self.open - self.growing)
+        if n <= 0:
+            return None
+        self.growing += n
+        # A fresh context: growing belongs to no operation (and reports to none).
+        task = asyncio.get_running_loop().create_task(
+            self._grow_some(n, max(n, take)), name="guardcache-redis-grow", context=contextvars.Context()
+        )
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+        return task
 
     async def __aenter__(self) -> Capacity:
         if self._slots.locked():
-            more = min(self.limit - self.open - len(self._growing), self._waiting + 1)
-            loop = asyncio.get_running_loop()
-            for _ in range(more):  # a fresh context: growing belongs to no operation
-                task = loop.create_task(
-                    self._grow_one(), name="guardcache-redis-grow", context=contextvars.Context()
-                )
-                self._growing.add(task)
-                task.add_done_callback(self._growing.discard)
+            self._start(self._waiting + 1 - self.growing)
         self._waiting += 1
         try:
             await self._slots.acquire()
@@ -151,28 +154,27 @@ class Capacity:
     ) -> None:
         self._slots.release()
 
-    async def _grow_one(self) -> None:
+    async def _grow_some(self, n: int, take: int) -> None:
         try:
-            await self._grow()
+            await self._grow(take)
         except Exception as exc:  # not now: the next queue tries again
             if self.on_failure is not None:
                 self.on_failure(exc)
-            return
-        self.opened()
+        else:
+            self.opened(n)
+        finally:
+            self.growing -= n
 
     async def fill(self) -> None:
-        """Open connections up to the limit (in parallel) and wait for them: a warm-up."""
-        loop = asyncio.get_running_loop()
-        for _ in range(self.limit - self.open - len(self._growing)):
-            task = loop.create_task(
-                self._grow_one(), name="guardcache-redis-grow", context=contextvars.Context()
-            )
-            self._growing.add(task)
-            task.add_done_callback(self._growing.discard)
-        await asyncio.gather(*self._growing)
+        """Open connections up to the limit and wait for them: a warm-up. The pool is taken whole
+        (``limit`` connections, the ones already open among them), so that exactly ``limit`` are
+        open after it."""
+        task = self._start(self.limit, take=self.limit)
+        if task is not None:
+            await asyncio.shield(task)
 
     async def aclose(self) -> None:
-        tasks = list(self._growing)
+        tasks = list(self._tasks)
         for task in tasks:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
