@@ -54,7 +54,7 @@ CACHE_GAUGES = {
     "maxsize": "The cache's capacity (entries).",
     "hit_rate": "hits / (hits + misses) since start (or the last reset).",
 }
-NOT_TIER_COUNTERS = frozenset({"circuit_open", "global_stats", "fetched_at"})
+NOT_TIER_COUNTERS = frozenset({"circuit_open", "connecting", "global_stats", "fetched_at"})
 
 LATENCY_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
 BACKEND_BUCKETS = (
@@ -98,6 +98,11 @@ class CacheCollector(Collector):
             "1 while the Redis tier's circuit breaker skips Redis.",
             labels=labels,
         )
+        connecting = GaugeMetricFamily(
+            "guardcache_redis_connecting",
+            "1 while the Redis tier is not up yet (being set up, or its set-up failing and retried).",
+            labels=labels,
+        )
         for config_id, caches in self._caches().items():
             for model, cache in caches.items():
                 values = [config_id, model]
@@ -115,6 +120,8 @@ class CacheCollector(Collector):
                     if name in NOT_TIER_COUNTERS:
                         if name == "circuit_open":
                             circuit.add_metric(values, float(bool(value)))
+                        elif name == "connecting":
+                            connecting.add_metric(values, float(bool(value)))
                         continue
                     if isinstance(value, int) and not isinstance(value, bool):
                         if name not in tier:
@@ -129,6 +136,8 @@ class CacheCollector(Collector):
         yield from tier.values()
         if circuit.samples:
             yield circuit
+        if connecting.samples:
+            yield connecting
 
 
 def _fields(stats: Any) -> dict[str, Any]:

@@ -6,6 +6,7 @@ request goes to. Below both :mod:`~guardcache.server.app` (which builds it) and
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
 from collections.abc import Mapping
@@ -81,10 +82,18 @@ class ServerState:
         )
 
     async def start(self) -> None:
-        """The first readiness round (awaited with ``warm_up``: it also primes each guard), then
-        the periodic probes in the background."""
+        """The first readiness round and the Redis tiers brought up (awaited together with
+        ``warm_up``: it also primes each guard, and the first requests find the shared tier up;
+        without it the first lookups start the tiers), then the periodic probes in the background."""
         if self.settings.warm_up:
-            results = await self.readiness.probe_once()
+            # A tier that does not come up logs why itself and keeps trying; serving goes on.
+            tiers = [
+                connect()
+                for caches in self.caches().values()
+                for cache in caches.values()
+                if (connect := getattr(cache, "connect", None)) is not None
+            ]
+            results, *_ = await asyncio.gather(self.readiness.probe_once(), *tiers)
             failed = {name: why for name, why in results.items() if why != "ok"}
             if failed:
                 log.warning("not ready: %s", "; ".join(f"{name}: {why}" for name, why in failed.items()))
