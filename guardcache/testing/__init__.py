@@ -16,12 +16,46 @@
 Needs the ``server`` extra (the emulator): ``pip install 'guardcache[testing]'``.
 """
 
-from guardcache.emulator import emulated
-from guardcache.testing.fleet import ProcessFleet
-from guardcache.testing.main_model import EchoChatModel
-from guardcache.testing.redis_cluster import LocalRedisCluster, SentinelSet
-from guardcache.testing.redis_server import INSTALL_HINT, RedisServer, RedisServerNotFound, free_port
-from guardcache.testing.replicas import REPLICA_MODULE, run_replicas, write_replica_config
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from guardcache.emulator import emulated
+    from guardcache.testing.fleet import ProcessFleet
+    from guardcache.testing.main_model import EchoChatModel
+    from guardcache.testing.redis_cluster import LocalRedisCluster, SentinelSet
+    from guardcache.testing.redis_server import INSTALL_HINT, RedisServer, RedisServerNotFound, free_port
+    from guardcache.testing.replicas import REPLICA_MODULE, run_replicas, write_replica_config
+
+# Imported on first use: a replica process (``python -m guardcache.testing.replica``) imports this
+# package first, and would otherwise pay for the emulator and LangChain (the fake main model), about
+# a second of CPU per start, which it never uses.
+_WHERE = {
+    "emulated": "guardcache.emulator",
+    "ProcessFleet": "guardcache.testing.fleet",
+    "EchoChatModel": "guardcache.testing.main_model",
+    "LocalRedisCluster": "guardcache.testing.redis_cluster",
+    "SentinelSet": "guardcache.testing.redis_cluster",
+    "INSTALL_HINT": "guardcache.testing.redis_server",
+    "RedisServer": "guardcache.testing.redis_server",
+    "RedisServerNotFound": "guardcache.testing.redis_server",
+    "free_port": "guardcache.testing.redis_server",
+    "REPLICA_MODULE": "guardcache.testing.replicas",
+    "run_replicas": "guardcache.testing.replicas",
+    "write_replica_config": "guardcache.testing.replicas",
+}
+
+
+def __getattr__(name: str) -> Any:
+    module = _WHERE.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
+
 
 __all__ = [
     "INSTALL_HINT",

@@ -1,11 +1,13 @@
 """One rails "replica" process, for cross-replica tests and benchmarks (see ``replicas``).
 
-    python -m guardcache.testing.replica --config DIR --messages FILE [--concurrency N]
+    python -m guardcache.testing.replica --config DIR --messages FILE [--concurrency N] [--cold]
 
-Builds ``LLMRails`` from the config (e.g. a model with ``cache.store: redis``), prints ``READY`` and
-waits for one line on stdin (so a test can start every replica's burst at the same moment), then
-runs ``check_async`` on every message of the JSON list in FILE (all at once, or ``--concurrency`` at
-a time), and prints one JSON line: per-check results, latencies, and the cache's tier stats.
+Builds ``LLMRails`` from the config (e.g. a model with ``cache.store: redis``), brings its Redis tier
+up (unless ``--cold``: then its first checks start it, as in a process that serves at once), prints
+``READY`` and waits for one line on stdin (so a test can start every replica's burst at the same
+moment), then runs ``check_async`` on every message of the JSON list in FILE (all at once, or
+``--concurrency`` at a time), closes the rails (what the tier kept is written then), and prints one
+JSON line: per-check results, latencies, the cache's tier stats and the writes it gave up.
 """
 
 from __future__ import annotations
@@ -24,14 +26,14 @@ from guardcache.cache.redis.tiered import TieredCache
 from guardcache.llm.pool import shared_ssl_context
 
 
-async def run(config_dir: str, messages: list[str], concurrency: int) -> dict[str, Any]:
+async def run(config_dir: str, messages: list[str], concurrency: int, cold: bool = False) -> dict[str, Any]:
     rails = LLMRails(RailsConfig.from_path(config_dir))
     # Warm up like a production replica that has served traffic: the HTTP stack's lazy imports and
     # TLS context (they block the event loop ~150 ms on first use, far longer on a busy CPU) and this
-    # loop's Redis connection. No check runs, so no counter moves.
+    # loop's Redis tier (unless cold). No check runs, so no counter moves.
     await httpx2.AsyncClient(verify=shared_ssl_context()).aclose()
     cache = rails.model_caches["content_safety"]
-    if hasattr(cache, "connect"):
+    if isinstance(cache, TieredCache) and not cold:
         await cache.connect()
     print("READY", flush=True)
     await asyncio.to_thread(sys.stdin.readline)  # the barrier: every replica starts together
@@ -50,10 +52,11 @@ async def run(config_dir: str, messages: list[str], concurrency: int) -> dict[st
     results = await asyncio.gather(*(one(i, m) for i, m in enumerate(messages)))
     wall = time.perf_counter() - started
     tier: dict[str, Any] | None = None
+    dropped = 0
     if isinstance(cache, TieredCache):
-        await cache.flush_stats()
+        await cache.aclose()  # what the tier kept while connecting is written, the stats flushed
         tier = cache.tier_stats().as_dict()
-        await cache.aclose()
+        dropped = cache.store.writes_dropped
     await rails.aclose()
     return {
         "results": results,
@@ -61,6 +64,7 @@ async def run(config_dir: str, messages: list[str], concurrency: int) -> dict[st
         "wall_s": wall,
         "l1": cache.get_stats().as_dict(),
         "tier": tier,
+        "writes_dropped": dropped,
     }
 
 
@@ -69,10 +73,11 @@ def main() -> None:
     parser.add_argument("--config", required=True)
     parser.add_argument("--messages", required=True, help="a JSON file: a list of user messages")
     parser.add_argument("--concurrency", type=int, default=0, help="checks in flight (0: all)")
+    parser.add_argument("--cold", action="store_true", help="no warm-up of the Redis tier")
     args = parser.parse_args()
     with open(args.messages, encoding="utf-8") as f:
         messages = json.load(f)
-    report = asyncio.run(run(args.config, messages, args.concurrency))
+    report = asyncio.run(run(args.config, messages, args.concurrency, args.cold))
     print(json.dumps(report), flush=True)
 
 
