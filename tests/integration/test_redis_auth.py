@@ -24,7 +24,7 @@ from guardcache.checks import codec
 from guardcache.config import RailsConfig
 from guardcache.errors import ConfigError
 from guardcache.rails import LLMRails
-from tests.integration.redis_support import TEST_SECRET, RedisServer, make_tier, verdict
+from tests.integration.redis_support import TEST_SECRET, RedisServer, make_tier, ready_tier, verdict
 
 pytestmark = pytest.mark.integration
 
@@ -71,7 +71,7 @@ async def assert_served_true_verdict_and_overwrote(redis_server: RedisServer, ti
     assert await tier.get_or_compute(KEY, backend) == UNSAFE
     assert backend.calls == 1  # the planted value was a miss: the model was asked
     assert opened(redis_server.client().get(tier.store.value_key(KEY))) == UNSAFE  # overwritten
-    fresh = make_tier(redis_server.url)  # another replica now gets the true verdict from Redis
+    fresh = await ready_tier(redis_server.url)  # another replica now gets the true verdict from Redis
     assert await fresh.get_or_compute(KEY, Backend(SAFE)) == UNSAFE
     assert fresh.tier_stats().l2_hits == 1 and fresh.tier_stats().l2_auth_failures == 0
 
@@ -79,7 +79,7 @@ async def assert_served_true_verdict_and_overwrote(redis_server: RedisServer, ti
 async def test_a_value_planted_under_a_name_computed_from_the_config_is_never_read(
     redis_server: RedisServer,
 ) -> None:
-    tier = make_tier(redis_server.url)
+    tier = await ready_tier(redis_server.url)
     client = redis_server.client()
     computable = tier.store.keys.value_key(key_hex(KEY))  # the pre-authentication layout
     assert computable != tier.store.value_key(KEY)
@@ -127,7 +127,7 @@ async def test_a_value_planted_at_the_right_name_without_a_valid_tag_is_a_miss_a
     redis_server: RedisServer, forge: Callable[[str, int], bytes], caplog: pytest.LogCaptureFixture
 ) -> None:
     caplog.set_level(logging.INFO, logger=TIER_LOG)
-    tier = make_tier(redis_server.url)
+    tier = await ready_tier(redis_server.url)
     name = tier.store.value_key(KEY)  # even knowing the name (e.g. seen with SCAN)
     redis_server.client().set(name, forge(name, time.time_ns() // 1_000_000))
     await assert_served_true_verdict_and_overwrote(redis_server, tier)
@@ -141,13 +141,13 @@ async def test_a_value_planted_at_the_right_name_without_a_valid_tag_is_a_miss_a
 
 async def test_a_genuine_value_moved_to_another_key_is_rejected(redis_server: RedisServer) -> None:
     """A "safe" verdict the tier itself wrote for a benign text, copied onto the harmful text's entry."""
-    writer = make_tier(redis_server.url)
+    writer = await ready_tier(redis_server.url)
     await writer.get_or_compute(BENIGN, Backend(SAFE))
     client = redis_server.client()
     genuine = client.get(writer.store.value_key(BENIGN))
     assert opened(genuine) == SAFE
     client.set(writer.store.value_key(KEY), genuine)
-    tier = make_tier(redis_server.url)
+    tier = await ready_tier(redis_server.url)
     await assert_served_true_verdict_and_overwrote(redis_server, tier)
     assert tier.tier_stats().l2_auth_failures == 1
 
@@ -155,7 +155,7 @@ async def test_a_genuine_value_moved_to_another_key_is_rejected(redis_server: Re
 async def test_a_tampered_value_is_a_miss_and_is_overwritten_with_a_valid_one(
     redis_server: RedisServer,
 ) -> None:
-    writer = make_tier(redis_server.url)
+    writer = await ready_tier(redis_server.url)
     await writer.get_or_compute(KEY, Backend(UNSAFE))
     client = redis_server.client()
     name = writer.store.value_key(KEY)
@@ -165,19 +165,19 @@ async def test_a_tampered_value_is_a_miss_and_is_overwritten_with_a_valid_one(
     tampered = genuine.replace(b'"a":0', b'"a":1').replace(b'"unsafe"', b'"safe"')
     assert tampered != genuine and opened(tampered).verdict.allowed
     client.set(name, tampered, keepttl=True)
-    tier = make_tier(redis_server.url)
+    tier = await ready_tier(redis_server.url)
     await assert_served_true_verdict_and_overwrote(redis_server, tier)
     assert tier.tier_stats().l2_auth_failures == 1
     # aget (no lease, no backend) rejects it too
     client.set(name, tampered)
-    reader = make_tier(redis_server.url)
+    reader = await ready_tier(redis_server.url)
     assert await reader.aget(KEY, "absent") == "absent"
     assert (reader.tier_stats().l2_auth_failures, reader.tier_stats().l2_misses) == (1, 1)
 
 
 async def test_a_genuine_value_kept_past_its_expiry_is_rejected(redis_server: RedisServer) -> None:
     """PERSIST (or a re-insert after it expired) cannot keep a verdict alive past its TTL."""
-    writer = make_tier(redis_server.url, ttl_s=1.0)
+    writer = await ready_tier(redis_server.url, ttl_s=1.0)
     await writer.get_or_compute(KEY, Backend(SAFE))
     client = redis_server.client()
     name = writer.store.value_key(KEY)
@@ -188,24 +188,24 @@ async def test_a_genuine_value_kept_past_its_expiry_is_rejected(redis_server: Re
     expires_at_ms = int.from_bytes(captured[len(ENVELOPE_VERSION) : ENVELOPE_OVERHEAD - TAG_BYTES], "big")
     await asyncio.sleep(max(0.0, expires_at_ms / 1000 - time.time()) + 0.05)
     assert client.get(name) == captured  # still in Redis ...
-    tier = make_tier(redis_server.url)
+    tier = await ready_tier(redis_server.url)
     await assert_served_true_verdict_and_overwrote(redis_server, tier)  # ... but not served
     assert tier.tier_stats().l2_auth_failures == 1
 
 
 async def test_a_value_at_a_lease_key_is_never_served(redis_server: RedisServer) -> None:
     """A lease key holds a token: whatever is written there only delays (it reads as a held lease)."""
-    writer = make_tier(redis_server.url)
+    writer = await ready_tier(redis_server.url)
     await writer.get_or_compute(BENIGN, Backend(SAFE))
     client = redis_server.client()
     genuine = client.get(writer.store.value_key(BENIGN))
-    tier = make_tier(redis_server.url, lease_ms=200, wait_margin_ms=50)
+    tier = await ready_tier(redis_server.url, lease_ms=200, wait_margin_ms=50)
     lease = tier.store.lease_key(KEY)
     for planted in (PLANTED, genuine):
         client.delete(tier.store.value_key(KEY))
         client.set(lease, planted, px=60_000)  # outlives the waiter's patience (lease + margin)
         backend = Backend()
-        fresh = make_tier(redis_server.url, lease_ms=200, wait_margin_ms=50)
+        fresh = await ready_tier(redis_server.url, lease_ms=200, wait_margin_ms=50)
         assert await fresh.get_or_compute(KEY, backend) == UNSAFE
         assert backend.calls == 1
         assert fresh.tier_stats().lease_waits == 1 and fresh.tier_stats().l2_hits == 0
@@ -214,7 +214,7 @@ async def test_a_value_at_a_lease_key_is_never_served(redis_server: RedisServer)
 
 async def test_a_writer_swapping_forgeries_cannot_keep_a_load_looping(redis_server: RedisServer) -> None:
     """Each read finds a new forged value: the load gives up on Redis after a few and computes."""
-    tier = make_tier(redis_server.url)
+    tier = await ready_tier(redis_server.url)
     client = redis_server.client()
     name = tier.store.value_key(KEY)
     real = tier.store.get_or_lease
@@ -235,7 +235,7 @@ async def test_a_writer_swapping_forgeries_cannot_keep_a_load_looping(redis_serv
 
 
 async def test_replicas_with_the_same_secret_share_verdicts(redis_server: RedisServer) -> None:
-    a, b = make_tier(redis_server.url), make_tier(redis_server.url)
+    a, b = await ready_tier(redis_server.url), await ready_tier(redis_server.url)
     backend = Backend()
     assert await a.get_or_compute(KEY, backend) == UNSAFE
     assert await b.get_or_compute(KEY, backend) == UNSAFE
@@ -243,8 +243,8 @@ async def test_replicas_with_the_same_secret_share_verdicts(redis_server: RedisS
 
 
 async def test_replicas_with_different_secrets_share_nothing(redis_server: RedisServer) -> None:
-    a = make_tier(redis_server.url)
-    b = make_tier(redis_server.url, secret=OTHER_SECRET)
+    a = await ready_tier(redis_server.url)
+    b = await ready_tier(redis_server.url, secret=OTHER_SECRET)
     backend = Backend()
     await a.get_or_compute(KEY, backend)
     await b.get_or_compute(KEY, backend)
@@ -255,7 +255,7 @@ async def test_replicas_with_different_secrets_share_nothing(redis_server: Redis
     assert len(list(client.scan_iter(match=a.store.keys.value_pattern))) == 2
     # and what b wrote is no use to a (or to someone copying it across)
     client.set(a.store.value_key(KEY), client.get(b.store.value_key(KEY)))
-    c = make_tier(redis_server.url)
+    c = await ready_tier(redis_server.url)
     await c.get_or_compute(KEY, backend)
     assert backend.calls == 3 and c.tier_stats().l2_auth_failures == 1
 
@@ -264,13 +264,13 @@ async def test_a_rotation_serves_previous_entries_and_rewrites_them_with_their_e
     redis_server: RedisServer,
 ) -> None:
     keys = [bytes([i]) * 32 for i in range(5)]
-    old = make_tier(redis_server.url, ttl_s=60)  # the fleet before the rotation
+    old = await ready_tier(redis_server.url, ttl_s=60)  # the fleet before the rotation
     for key in keys:
         await old.get_or_compute(key, Backend())
     client = redis_server.client()
     old_ttls = [client.pttl(old.store.value_key(key)) for key in keys]
 
-    rotating = make_tier(redis_server.url, ttl_s=60, secret=NEW_SECRET, previous_secret=TEST_SECRET)
+    rotating = await ready_tier(redis_server.url, ttl_s=60, secret=NEW_SECRET, previous_secret=TEST_SECRET)
     assert rotating.store.previous_value_key(keys[0]) == old.store.value_key(keys[0])
     backend = Backend(SAFE)
     for key in keys:
@@ -285,13 +285,13 @@ async def test_a_rotation_serves_previous_entries_and_rewrites_them_with_their_e
         assert client.exists(rotating.store.lease_key(key)) == 0  # and its lease released
 
     # After the rotation (previous secret dropped) the re-written entries are plain hits.
-    after = make_tier(redis_server.url, secret=NEW_SECRET)
+    after = await ready_tier(redis_server.url, secret=NEW_SECRET)
     for key in keys:
         assert await after.get_or_compute(key, backend) == UNSAFE
     assert backend.calls == 0 and after.tier_stats().l2_hits == 5
     # aget rotates too
     await old.aput(b"\xee" * 32, UNSAFE)
-    reader = make_tier(redis_server.url, secret=NEW_SECRET, previous_secret=TEST_SECRET)
+    reader = await ready_tier(redis_server.url, secret=NEW_SECRET, previous_secret=TEST_SECRET)
     assert await reader.aget(b"\xee" * 32) == UNSAFE
     assert reader.tier_stats().l2_previous_hits == 1
     assert opened(client.get(reader.store.value_key(b"\xee" * 32))) == UNSAFE
@@ -300,8 +300,8 @@ async def test_a_rotation_serves_previous_entries_and_rewrites_them_with_their_e
 async def test_a_rotation_prefers_the_new_entry_and_rejects_forgeries_under_the_old_name(
     redis_server: RedisServer,
 ) -> None:
-    old = make_tier(redis_server.url)
-    rotating = make_tier(redis_server.url, secret=NEW_SECRET, previous_secret=TEST_SECRET)
+    old = await ready_tier(redis_server.url)
+    rotating = await ready_tier(redis_server.url, secret=NEW_SECRET, previous_secret=TEST_SECRET)
     client = redis_server.client()
     # Forged under the old name: a miss, computed, written under the new name.
     client.set(old.store.value_key(KEY), PLANTED)
@@ -311,8 +311,8 @@ async def test_a_rotation_prefers_the_new_entry_and_rejects_forgeries_under_the_
     assert opened(client.get(rotating.store.value_key(KEY))) == UNSAFE
     # Both names hold a value: the new one wins, the old one is not even opened.
     await old.aput(BENIGN, verdict("old-label"))
-    await make_tier(redis_server.url, secret=NEW_SECRET).aput(BENIGN, verdict("new-label"))
-    reader = make_tier(redis_server.url, secret=NEW_SECRET, previous_secret=TEST_SECRET)
+    await (await ready_tier(redis_server.url, secret=NEW_SECRET)).aput(BENIGN, verdict("new-label"))
+    reader = await ready_tier(redis_server.url, secret=NEW_SECRET, previous_secret=TEST_SECRET)
     assert (await reader.get_or_compute(BENIGN, Backend())).verdict.label == "new-label"
     assert reader.tier_stats().l2_previous_hits == 0
     # adelete removes both names, so a rotating read cannot bring the old one back
@@ -321,7 +321,7 @@ async def test_a_rotation_prefers_the_new_entry_and_rejects_forgeries_under_the_
 
 
 async def test_auth_failures_reach_the_shared_counters(redis_server: RedisServer) -> None:
-    tier = make_tier(redis_server.url)
+    tier = await ready_tier(redis_server.url)
     redis_server.client().set(tier.store.value_key(KEY), PLANTED)
     await tier.get_or_compute(KEY, Backend())
     shared = await tier.flush_stats()

@@ -9,7 +9,7 @@ import pytest
 
 from guardcache.cache.redis.keys import model_scope
 from guardcache.cli import main
-from tests.integration.redis_support import RedisServer, make_tier, verdict
+from tests.integration.redis_support import RedisServer, ready_tier, verdict
 
 pytestmark = pytest.mark.integration
 
@@ -36,7 +36,7 @@ def write_config(tmp: Path, url: str) -> Path:
 
 
 async def fill(url: str, kind: str, n: int) -> None:
-    tier = make_tier(url, model_scope(kind, MODELS[kind]), key_prefix=PREFIX)
+    tier = await ready_tier(url, model_scope(kind, MODELS[kind]), key_prefix=PREFIX)
     for i in range(n):
         await tier.get_or_compute(i.to_bytes(32, "big"), lambda: verdict())
     await tier.aclose()  # flushes the shared counters

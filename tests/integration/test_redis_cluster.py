@@ -24,7 +24,7 @@ from guardcache.cli import main
 from guardcache.emulator import DEFAULT_MODEL
 from guardcache.testing import LocalRedisCluster, run_replicas, write_replica_config
 from guardcache.testing.pytest_plugin import EmulatorFactory
-from tests.integration.redis_support import TEST_SECRET, make_tier, verdict
+from tests.integration.redis_support import TEST_SECRET, make_tier, ready_tier, verdict
 
 pytestmark = pytest.mark.integration
 
@@ -78,7 +78,9 @@ async def test_two_replica_processes_share_verdicts_across_many_slots(
     bursts = [random.Random(i).sample(DISTINCT * 2, len(DISTINCT) * 2) for i in range(2)]
     reports = await run_replicas(config, bursts, tmp_path, step_timeout=60)
 
-    assert emulator.stats().requests_total == len(DISTINCT)  # one backend call per distinct check
+    # one backend call per distinct check
+    tiers = [(rep["tier"], rep["redis_log"]) for rep in reports]
+    assert emulator.stats().requests_total == len(DISTINCT), tiers
     assert all(r["error"] is None for rep in reports for r in rep["results"])
     assert sum(rep["tier"]["computations"] for rep in reports) == len(DISTINCT)
     assert all(rep["tier"]["l2_errors"] == 0 and rep["warning_lines"] == 0 for rep in reports)
@@ -92,10 +94,10 @@ async def test_two_replica_processes_share_verdicts_across_many_slots(
 async def test_a_key_rotation_reads_old_entries_on_a_cluster(redis_cluster: LocalRedisCluster) -> None:
     prefix = "gcclusterrotation"
     keys = [i.to_bytes(32, "big") for i in range(60)]
-    old = make_tier(endpoint(redis_cluster), key_prefix=prefix)
+    old = await ready_tier(endpoint(redis_cluster), key_prefix=prefix)
     for key in keys:
         await old.aput(key, verdict("old"))
-    rotating = make_tier(
+    rotating = await ready_tier(
         endpoint(redis_cluster), key_prefix=prefix, secret=NEW_SECRET, previous_secret=TEST_SECRET
     )
     # old and new names of one entry live in different slots: the rotation reads across them
@@ -117,7 +119,7 @@ async def test_a_key_rotation_reads_old_entries_on_a_cluster(redis_cluster: Loca
     assert stats.l2_previous_hits == 50 and stats.l2_errors == 0
     for key in keys[:40]:
         assert client.exists(rotating.store.lease_key(key)) == 0  # each lease released
-    after = make_tier(endpoint(redis_cluster), key_prefix=prefix, secret=NEW_SECRET)
+    after = await ready_tier(endpoint(redis_cluster), key_prefix=prefix, secret=NEW_SECRET)
     for key in keys[:50]:  # re-written under the new names
         assert (await after.get_or_compute(key, backend)).verdict.label == "old"
     assert backend.calls == 0 and after.tier_stats().l2_hits == 50
@@ -133,10 +135,10 @@ async def test_a_moving_slot_misses_only_its_own_lookups_and_is_followed_once_mo
     split between two nodes): a miss for that slot only, the circuit stays closed. Once the slot has
     moved, MOVED is followed: hits again, no error."""
     key, elsewhere = b"\x07" * 32, b"\x09" * 32
-    writer = make_tier(endpoint(redis_cluster), key_prefix="gcclusterslot")
+    writer = await ready_tier(endpoint(redis_cluster), key_prefix="gcclusterslot")
     await writer.aput(key, verdict("moved"))
     await writer.aput(elsewhere, verdict("elsewhere"))
-    reader = make_tier(endpoint(redis_cluster), key_prefix="gcclusterslot")
+    reader = await ready_tier(endpoint(redis_cluster), key_prefix="gcclusterslot")
     backend = Backend()
     assert (await reader.get_or_compute(key, backend)).verdict.label == "moved"  # learns the slots
     client = redis_cluster.client()
@@ -255,9 +257,9 @@ async def test_a_primary_killed_mid_load_fails_no_turn_and_hits_return_after_pro
     # (more lookups skipped Redis than asked it and failed, whatever the number of turns).
     assert stats.l2_unavailable > stats.l2_errors and stats.l2_errors < 60
     await wait_for_hits(rails)
-    fresh = make_tier(endpoint(redis_cluster), key_prefix="gcclusterfailover2")
+    fresh = await ready_tier(endpoint(redis_cluster), key_prefix="gcclusterfailover2")
     await fresh.aput(b"\x01" * 32, verdict())
-    reader = make_tier(endpoint(redis_cluster), key_prefix="gcclusterfailover2")
+    reader = await ready_tier(endpoint(redis_cluster), key_prefix="gcclusterfailover2")
     assert await reader.aget(b"\x01" * 32) == verdict()
     await rails.aclose()
     await asyncio.gather(fresh.aclose(), reader.aclose())
@@ -284,7 +286,7 @@ async def test_cache_stats_and_clear_cover_every_primary(
     tmp_path: Path, redis_cluster: LocalRedisCluster, capsys: pytest.CaptureFixture[str]
 ) -> None:
     prefix = "gcclustercli"
-    tier = make_tier(
+    tier = await ready_tier(
         endpoint(redis_cluster), model_scope("content_safety", "nvidia/cs-model"), key_prefix=prefix
     )
     for i in range(700):  # more than one UNLINK batch
@@ -312,13 +314,15 @@ async def test_acl_credentials_come_from_the_environment(
         node.client().acl_setuser(
             "gcuser", enabled=True, passwords=["+gc-pass-0123"], keys=["gcclusteracl:*"], commands=["+@all"]
         )
-    ok = make_tier(
+    ok = await ready_tier(
         endpoint(redis_cluster, username="gcuser", password="gc-pass-0123"), key_prefix="gcclusteracl"
     )
     backend = Backend()
     await ok.get_or_compute(b"\x02" * 32, backend)
     assert ok.tier_stats().l2_errors == 0 and ok.tier_stats().l2_misses == 1
     wrong = make_tier(endpoint(redis_cluster, username="gcuser", password="wrong"), key_prefix="gcclusteracl")
-    assert await wrong.get_or_compute(b"\x02" * 32, backend) == verdict()  # refused: a miss, not a failure
-    assert wrong.tier_stats().l2_unavailable == 1 and backend.calls == 2
+    assert not await wrong.connect()  # refused at set-up: the tier never comes up
+    assert await wrong.get_or_compute(b"\x02" * 32, backend) == verdict()  # a miss, not a failure
+    stats = wrong.tier_stats()
+    assert stats.l2_unavailable == 1 and stats.connecting and not stats.circuit_open and backend.calls == 2
     await asyncio.gather(ok.aclose(), wrong.aclose())

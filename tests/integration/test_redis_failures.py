@@ -14,6 +14,7 @@ from tests.integration.redis_support import (
     RedisServer,
     free_port,
     make_tier,
+    ready_tier,
     verdict,
 )
 
@@ -69,7 +70,7 @@ async def test_redis_killed_and_restarted_mid_run(
     redis_server: RedisServer, caplog: pytest.LogCaptureFixture
 ) -> None:
     caplog.set_level(logging.INFO, logger=TIER_LOG)
-    tier = make_tier(redis_server.url, timeout_ms=50, breaker_base_s=0.05, breaker_cap_s=0.2)
+    tier = await ready_tier(redis_server.url, timeout_ms=50, breaker_base_s=0.05, breaker_cap_s=0.2)
     backend = Backend()
     for i in range(60):  # before: Redis works
         await tier.get_or_compute(bytes([i % 20]) * 32, backend)
@@ -95,7 +96,7 @@ async def test_redis_killed_and_restarted_mid_run(
     await wait_until_closed(tier)
     assert any("reachable again" in r.getMessage() for r in caplog.records if r.name == TIER_LOG)
     await tier.get_or_compute(b"\xaa" * 32, backend)  # written to the restarted Redis
-    fresh = make_tier(redis_server.url)  # e.g. another replica, or this one after a restart
+    fresh = await ready_tier(redis_server.url)  # e.g. another replica, or this one after a restart
     calls = backend.calls
     assert await fresh.get_or_compute(b"\xaa" * 32, backend) == verdict()
     assert backend.calls == calls
@@ -106,7 +107,7 @@ async def test_a_slow_redis_does_not_slow_requests(
     redis_server: RedisServer, caplog: pytest.LogCaptureFixture
 ) -> None:
     caplog.set_level(logging.INFO, logger=TIER_LOG)
-    tier = make_tier(redis_server.url, timeout_ms=50, breaker_base_s=0.05, breaker_cap_s=0.2)
+    tier = await ready_tier(redis_server.url, timeout_ms=50, breaker_base_s=0.05, breaker_cap_s=0.2)
     await tier.get_or_compute(b"\x00" * 32, Backend())  # connected and warm
     # Redis hangs until resumed: unlike a fixed CLIENT PAUSE, the hang cannot end before the loop
     # below does on a slow, loaded machine (which made the old "still paused" check flaky).
@@ -138,7 +139,7 @@ async def test_a_refusing_redis_does_not_fail_requests(redis_server: RedisServer
     client = redis_server.client()
     client.config_set("maxmemory-policy", "noeviction")
     client.config_set("maxmemory", "1")  # every write is refused with OOM
-    tier = make_tier(redis_server.url, breaker_base_s=0.05)
+    tier = await ready_tier(redis_server.url, breaker_base_s=0.05)
     backend = Backend()
     for i in range(20):
         assert await tier.get_or_compute(bytes([i]) * 32, backend) == verdict()

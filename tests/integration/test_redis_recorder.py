@@ -12,7 +12,14 @@ from guardcache.cache import LFUCache
 from guardcache.cache.recorder import DISABLED_RECORDER
 from guardcache.cache.redis import RedisSettings, build_tiered_cache
 from guardcache.checks import codec
-from tests.integration.redis_support import TEST_SECRET, RedisServer, free_port, make_tier, verdict
+from tests.integration.redis_support import (
+    TEST_SECRET,
+    RedisServer,
+    free_port,
+    make_tier,
+    ready_tier,
+    verdict,
+)
 
 pytestmark = pytest.mark.integration
 
@@ -35,7 +42,7 @@ class Backend:
 
 
 async def test_one_snapshot_holds_l1_loads_and_l2_outcomes(redis_server: RedisServer) -> None:
-    writer, reader = make_tier(redis_server.url), make_tier(redis_server.url)
+    writer, reader = await ready_tier(redis_server.url), await ready_tier(redis_server.url)
     backend = Backend()
     assert writer.store.recorder is writer.recorder is writer.l1.recorder
     assert await writer.get_or_load(KEY, backend) == (verdict(), True)  # computed
@@ -58,7 +65,7 @@ async def test_one_snapshot_holds_l1_loads_and_l2_outcomes(redis_server: RedisSe
 
 
 async def test_a_failed_backend_call_is_a_load_failure_and_a_computation(redis_server: RedisServer) -> None:
-    tier = make_tier(redis_server.url)
+    tier = await ready_tier(redis_server.url)
     with pytest.raises(RuntimeError):
         await tier.get_or_compute(KEY, Backend(fail=True))
     s = tier.recorder.snapshot()

@@ -67,13 +67,14 @@ async def test_replicas_make_one_backend_call_per_distinct_check(
     config = write_config(tmp_path, emulator, redis_server.url)
     reports = await run(config, tmp_path, replicas)
 
-    assert emulator.stats().requests_total == len(DISTINCT)  # exactly one call per distinct check
+    tiers = [rep["tier"] for rep in reports]
+    # exactly one call per distinct check
+    assert emulator.stats().requests_total == len(DISTINCT), (tiers, [rep["redis_log"] for rep in reports])
     assert all(r["error"] is None for rep in reports for r in rep["results"])
     answers = [verdicts(rep, 0, i) for i, rep in enumerate(reports)]
     assert all(a == answers[0] for a in answers)  # every replica got the same verdicts
     assert sum(answers[0].values()) == len(DISTINCT) - 2  # the two unsafe ones are blocked
 
-    tiers = [rep["tier"] for rep in reports]
     assert sum(t["computations"] for t in tiers) == len(DISTINCT)
     assert sum(t["l2_misses"] for t in tiers) == len(DISTINCT)
     # every replica loaded each distinct check once (from Redis or its backend call) ...

@@ -20,7 +20,7 @@ from guardcache.cli import main
 from guardcache.emulator import DEFAULT_MODEL
 from guardcache.testing import SentinelSet
 from guardcache.testing.pytest_plugin import EmulatorFactory
-from tests.integration.redis_support import TEST_SECRET, make_tier, verdict
+from tests.integration.redis_support import TEST_SECRET, ready_tier, verdict
 
 pytestmark = pytest.mark.integration
 
@@ -43,7 +43,7 @@ def redis_yaml(sentinels: SentinelSet, prefix: str) -> str:
 
 
 async def test_the_tier_reads_and_writes_the_primary_the_sentinels_name(redis_sentinel: SentinelSet) -> None:
-    writer, reader = make_tier(endpoint(redis_sentinel)), make_tier(endpoint(redis_sentinel))
+    writer, reader = await ready_tier(endpoint(redis_sentinel)), await ready_tier(endpoint(redis_sentinel))
     await writer.aput(b"\x01" * 32, verdict())
     assert await reader.get_or_compute(b"\x01" * 32, lambda: verdict("computed")) == verdict()
     assert reader.tier_stats().l2_hits == 1
@@ -125,7 +125,7 @@ def test_cache_stats_and_clear_find_the_primary_through_the_sentinels(
     prefix = "gcsentinelcli"
 
     async def fill() -> None:
-        tier = make_tier(
+        tier = await ready_tier(
             endpoint(redis_sentinel), model_scope("content_safety", DEFAULT_MODEL), key_prefix=prefix
         )
         for i in range(30):

@@ -15,7 +15,7 @@ from guardcache.cache.redis.auth import ENVELOPE_OVERHEAD, ENVELOPE_VERSION
 from guardcache.checks import codec
 from tests.integration.redis_support import (
     RedisServer,
-    make_tier,
+    ready_tier,
     verdict,
 )
 
@@ -70,7 +70,7 @@ class Backend:
 
 
 async def test_l1_miss_is_served_from_redis_and_fills_l1(redis_server: RedisServer) -> None:
-    writer, reader = make_tier(redis_server.url), make_tier(redis_server.url)
+    writer, reader = await ready_tier(redis_server.url), await ready_tier(redis_server.url)
     backend = Backend()
     assert await writer.get_or_compute(KEY, backend) == verdict()
     assert backend.calls == 1
@@ -89,7 +89,7 @@ async def test_l1_miss_is_served_from_redis_and_fills_l1(redis_server: RedisServ
 
 
 async def test_redis_holds_only_keyed_digests_and_sealed_codec_bytes(redis_server: RedisServer) -> None:
-    tier = make_tier(redis_server.url, "content_safety:abcd0123", ttl_s=60)
+    tier = await ready_tier(redis_server.url, "content_safety:abcd0123", ttl_s=60)
     ns = Namespace.of("content_safety", "nvidia/model", "tpl")
     secret = "my credit card number is 4111 1111 1111 1111"
     await tier.get_or_compute(ns.key(secret), Backend())
@@ -110,14 +110,14 @@ async def test_redis_holds_only_keyed_digests_and_sealed_codec_bytes(redis_serve
 
 async def test_entries_expire_after_the_ttl(redis_server: RedisServer) -> None:
     backend = Backend()
-    writer = make_tier(redis_server.url, ttl_s=1.0)
+    writer = await ready_tier(redis_server.url, ttl_s=1.0)
     await writer.get_or_compute(KEY, backend)
     client = redis_server.client()
     assert 0 < client.pttl(writer.store.value_key(KEY)) <= 1000  # SET ... PX ttl
-    assert await make_tier(redis_server.url).aget(KEY) == verdict()
+    assert await (await ready_tier(redis_server.url)).aget(KEY) == verdict()
     # Redis drops the entry once the TTL has passed: waited for, however late this process runs.
     assert await gone_within(client, writer.store.value_key(KEY))
-    late = make_tier(redis_server.url)
+    late = await ready_tier(redis_server.url)
     assert await late.aget(KEY) is None
     await late.get_or_compute(KEY, backend)
     assert backend.calls == 2
@@ -131,21 +131,26 @@ async def test_models_templates_and_scopes_never_share_entries(redis_server: Red
         Namespace.of("content_safety", "model-a", "template-2"),  # another template
         Namespace.of("topic_control", "model-a", "template-1"),  # another model type
     ]
-    tier = make_tier(redis_server.url)
+    tier = await ready_tier(redis_server.url)
     backends = [Backend(verdict(f"label-{i}")) for i in range(len(spaces))]
     for ns, backend in zip(spaces, backends, strict=True):
         await tier.get_or_compute(ns.key(prompt), backend)
-    fresh = make_tier(redis_server.url)
+    fresh = await ready_tier(redis_server.url)
     for i, ns in enumerate(spaces):
         assert (await fresh.aget(ns.key(prompt))).verdict.label == f"label-{i}"
     assert [b.calls for b in backends] == [1, 1, 1, 1]
 
     # The same digest under two scopes: two entries, and clearing one scope keeps the other.
-    a, b = make_tier(redis_server.url, "content_safety:aaaa0000"), make_tier(redis_server.url, "x:1")
+    a, b = (
+        await ready_tier(redis_server.url, "content_safety:aaaa0000"),
+        await ready_tier(redis_server.url, "x:1"),
+    )
     await a.get_or_compute(KEY, Backend(verdict("in-a")))
     assert await b.aget(KEY) is None
     await b.aput(KEY, verdict("in-b"))
-    assert (await make_tier(redis_server.url, "content_safety:aaaa0000").aget(KEY)).verdict.label == "in-a"
+    assert (
+        await (await ready_tier(redis_server.url, "content_safety:aaaa0000")).aget(KEY)
+    ).verdict.label == "in-a"
 
 
 @pytest.mark.parametrize(
@@ -155,8 +160,8 @@ async def test_a_corrupt_but_authentic_value_is_a_miss_and_is_overwritten(
     redis_server: RedisServer, garbage: bytes
 ) -> None:
     """Sealed with the right secret but unreadable by the codec (e.g. another codec version)."""
-    tier = make_tier(redis_server.url)
-    await make_tier(redis_server.url).store.set(KEY, garbage)  # the store seals what it is given
+    tier = await ready_tier(redis_server.url)
+    await (await ready_tier(redis_server.url)).store.set(KEY, garbage)  # the store seals what it is given
     backend = Backend()
     assert await tier.get_or_compute(KEY, backend) == verdict()
     assert backend.calls == 1
@@ -164,11 +169,11 @@ async def test_a_corrupt_but_authentic_value_is_a_miss_and_is_overwritten(
     assert (stats.l2_corrupt, stats.l2_misses, stats.l2_hits, stats.l2_auth_failures) == (1, 1, 0, 0)
     raw = redis_server.client().get(tier.store.value_key(KEY))
     assert codec.decode(raw[ENVELOPE_OVERHEAD:]) == verdict()  # overwritten
-    assert await make_tier(redis_server.url).aget(KEY) == verdict()
+    assert await (await ready_tier(redis_server.url)).aget(KEY) == verdict()
 
 
 async def test_concurrent_askers_in_one_process_share_one_load(redis_server: RedisServer) -> None:
-    tier = make_tier(redis_server.url)
+    tier = await ready_tier(redis_server.url)
     backend = Backend(delay=0.05)
     results = await asyncio.gather(*(tier.get_or_compute(KEY, backend) for _ in range(50)))
     assert results == [verdict()] * 50
@@ -179,7 +184,10 @@ async def test_concurrent_askers_in_one_process_share_one_load(redis_server: Red
 
 async def test_two_tiers_share_one_backend_call_through_the_lease(redis_server: RedisServer) -> None:
     # b would give up on a's lease only after a minute: it ends by picking a's value up.
-    a, b = make_tier(redis_server.url, lease_ms=60_000), make_tier(redis_server.url, lease_ms=60_000)
+    a, b = (
+        await ready_tier(redis_server.url, lease_ms=60_000),
+        await ready_tier(redis_server.url, lease_ms=60_000),
+    )
     gate = asyncio.Event()
     backend = Backend(gate=gate)
     client = redis_server.client()
@@ -204,7 +212,7 @@ async def test_two_tiers_share_one_backend_call_through_the_lease(redis_server: 
 async def test_a_waiter_takes_over_a_lease_whose_holder_died(redis_server: RedisServer) -> None:
     # A waiter gives up on a lease after lease_ms + margin (here over a minute): only a takeover,
     # once the dead leader's lease has expired, ends this test.
-    tier = make_tier(redis_server.url, lease_ms=60_000)
+    tier = await ready_tier(redis_server.url, lease_ms=60_000)
     client = redis_server.client()
     lease_key = tier.store.lease_key(KEY)
     leases_seen: list[bytes | None] = []
@@ -223,11 +231,11 @@ async def test_a_waiter_takes_over_a_lease_whose_holder_died(redis_server: Redis
     assert len(leases_seen) == 1 and leases_seen[0] not in (None, b"dead-leader")
     stats = tier.tier_stats()
     assert (stats.lease_waits, stats.lease_takeovers, stats.lease_timeouts) == (1, 1, 0)
-    assert await make_tier(redis_server.url).aget(KEY) == verdict()
+    assert await (await ready_tier(redis_server.url)).aget(KEY) == verdict()
 
 
 async def test_a_waiter_never_waits_longer_than_lease_plus_margin(redis_server: RedisServer) -> None:
-    tier = make_tier(redis_server.url, lease_ms=200, wait_margin_ms=100)
+    tier = await ready_tier(redis_server.url, lease_ms=200, wait_margin_ms=100)
     client = redis_server.client()
     lease_key = tier.store.lease_key(KEY)
     client.set(lease_key, "stuck", px=600_000)  # a lease that outlives the test by far
@@ -242,7 +250,7 @@ async def test_a_waiter_never_waits_longer_than_lease_plus_margin(redis_server: 
 
 
 async def test_a_failed_leader_releases_its_lease_and_caches_nothing(redis_server: RedisServer) -> None:
-    a, b = make_tier(redis_server.url), make_tier(redis_server.url)
+    a, b = await ready_tier(redis_server.url), await ready_tier(redis_server.url)
     with pytest.raises(RuntimeError, match="backend down"):
         await a.get_or_compute(KEY, Backend(fail=True))
     client = redis_server.client()
@@ -261,7 +269,7 @@ async def test_a_lease_granted_while_its_reply_is_in_flight_is_released_on_cance
 ) -> None:
     """Redis ran the lease script (the lease is ours) but the asker is cancelled before it reads the
     reply, e.g. a parallel rail cancelled by another rail's block: the lease must still be freed."""
-    tier = make_tier(redis_server.url, lease_ms=30_000)
+    tier = await ready_tier(redis_server.url, lease_ms=30_000)
     granted = asyncio.Event()
     real = tier.store.get_or_lease
 
@@ -284,7 +292,7 @@ async def test_a_lease_granted_while_its_reply_is_in_flight_is_released_on_cance
 
 async def test_a_cancelled_leader_releases_its_lease(redis_server: RedisServer) -> None:
     # A lease that outlives the test by far: only a release (not expiry) can remove it in time.
-    tier = make_tier(redis_server.url, lease_ms=30_000)
+    tier = await ready_tier(redis_server.url, lease_ms=30_000)
     task = asyncio.create_task(tier.get_or_compute(KEY, Backend(delay=5)))
     lease_key = tier.store.lease_key(KEY)
     client = redis_server.client()
@@ -298,22 +306,22 @@ async def test_a_cancelled_leader_releases_its_lease(redis_server: RedisServer) 
 
 
 async def test_aget_aput_adelete_use_both_tiers(redis_server: RedisServer) -> None:
-    a, b = make_tier(redis_server.url), make_tier(redis_server.url)
+    a, b = await ready_tier(redis_server.url), await ready_tier(redis_server.url)
     await a.aput(KEY, verdict("x"))
     assert a.get(KEY) == verdict("x")  # sync get: L1 only
     assert b.get(KEY) is None
     assert await b.aget(KEY) == verdict("x")
     assert b.get(KEY) == verdict("x")
     assert await a.adelete(KEY) is True
-    assert await make_tier(redis_server.url).aget(KEY, "gone") == "gone"
+    assert await (await ready_tier(redis_server.url)).aget(KEY, "gone") == "gone"
     b.put(b"\x01" * 32, verdict("local"))  # sync put: L1 only
-    assert await make_tier(redis_server.url).aget(b"\x01" * 32) is None
+    assert await (await ready_tier(redis_server.url)).aget(b"\x01" * 32) is None
 
 
 async def test_counters_are_shared_across_replicas(
     redis_server: RedisServer, caplog: pytest.LogCaptureFixture
 ) -> None:
-    a, b = make_tier(redis_server.url), make_tier(redis_server.url)
+    a, b = await ready_tier(redis_server.url), await ready_tier(redis_server.url)
     keys = [bytes([i]) * 32 for i in range(10)]
     for key in keys:
         await a.get_or_compute(key, Backend())
@@ -339,7 +347,7 @@ async def test_counters_are_shared_across_replicas(
 
 
 async def test_stats_deltas_are_flushed_in_batches_not_per_request(redis_server: RedisServer) -> None:
-    tier = make_tier(redis_server.url, stats_flush_events=25, stats_flush_interval_s=3600)
+    tier = await ready_tier(redis_server.url, stats_flush_events=25, stats_flush_interval_s=3600)
     client = redis_server.client()
     for i in range(24):
         await tier.get_or_compute(bytes([i]) * 32, Backend())
