@@ -47,12 +47,13 @@ scripts work there as on one server. The previous secret's name of an entry (a k
 tag of its own, so there what one server answers in one round trip (the value, the lease, the old
 value) takes two commands sent together, one per slot. A failover or a moving slot is a Redis
 problem like any other: the operations it fails are misses (each within ``timeout_ms``), the circuit
-opens, and its probe (given at least a second: it may read the cluster's topology again) closes it
-once every primary answers; in a cluster nothing else closes it (an operation that came back fine
-speaks for its own slot's primary only). A slot being migrated (resharding) is not an outage: single
-key commands follow ``ASK`` to the slot's new node, but a multi-key script gets ``TRYAGAIN`` while its
-keys are split between two nodes (Redis Cluster's rule), so that slot's lookups miss, counted and
-logged, without opening the circuit, until the slot has moved; then ``MOVED`` is followed.
+opens, and its probe (the set-up's check, with the set-up's budget: it may read the cluster's
+topology again) closes it once every primary answers; in a cluster nothing else closes it (an
+operation that came back fine speaks for its own slot's primary only). A slot being migrated
+(resharding) is not an outage: single key commands follow ``ASK`` to the slot's new node, but a
+multi-key script gets ``TRYAGAIN`` while its keys are split between two nodes (Redis Cluster's
+rule), so that slot's lookups miss, counted and logged, without opening the circuit, until the slot
+has moved; then ``MOVED`` is followed.
 """
 
 from __future__ import annotations
