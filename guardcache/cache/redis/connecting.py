@@ -259,6 +259,7 @@ def off_path(base: type[AbstractConnection], setups: SetUps) -> type[AbstractCon
             try:
                 async with StallTolerantTimeout(timeout_s):
                     await super().connect()
+                self._gc_task = None  # set up: is_connected is the connection's own again
             except BaseException as exc:
                 with contextlib.suppress(Exception):  # never leave a half-made connection behind
                     await self.disconnect(nowait=True)  # (TCP open, handshake unanswered)
