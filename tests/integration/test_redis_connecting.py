@@ -241,32 +241,38 @@ async def test_guardcache_check_writes_its_verdict_before_it_exits(
     assert b"Redis tier" not in err
 
 
-async def test_serve_brings_the_tier_up_at_warm_up_and_reports_it(
-    tmp_path: Path, redis_server: RedisServer, emulator_factory: EmulatorFactory
-) -> None:
-    guard = await emulator_factory()
-    async with SlowConnectProxy(("127.0.0.1", redis_server.port), delay=SLOW) as proxy:
-        (tmp_path / "config.yml").write_text(
-            f"""
+def serve_config(folder: Path, base_url: str, redis_url: str, prefix: str) -> Path:
+    """A served config: a main model and a content-safety rail cached in Redis (pool of 4)."""
+    (folder / "config.yml").write_text(
+        f"""
 models:
   - type: main
     engine: nim
     model: {DEFAULT_MODEL}
-    parameters: {{base_url: "{guard.base_url}"}}
+    parameters: {{base_url: "{base_url}"}}
   - type: content_safety
     engine: nim
     model: {DEFAULT_MODEL}
-    parameters: {{base_url: "{guard.base_url}"}}
-    cache: {{store: redis, redis: {{url: '{proxy.url}', key_prefix: gcserve, pool_size: 4}}}}
+    parameters: {{base_url: "{base_url}"}}
+    cache: {{store: redis, redis: {{url: '{redis_url}', key_prefix: {prefix}, pool_size: 4}}}}
 rails:
   input:
     flows:
       - content safety check input $model=content_safety
 """,
-            encoding="utf-8",
-        )
-        rails = LLMRails(RailsConfig.from_path(str(tmp_path)))
-        state = ServerState(ServeSettings(config=str(tmp_path), ready_main="off"), {"default": rails})
+        encoding="utf-8",
+    )
+    return folder
+
+
+async def test_serve_brings_the_tier_up_at_warm_up_and_reports_it(
+    tmp_path: Path, redis_server: RedisServer, emulator_factory: EmulatorFactory
+) -> None:
+    guard = await emulator_factory()
+    async with SlowConnectProxy(("127.0.0.1", redis_server.port), delay=SLOW) as proxy:
+        config = serve_config(tmp_path, guard.base_url, proxy.url, "gcserve")
+        rails = LLMRails(RailsConfig.from_path(str(config)))
+        state = ServerState(ServeSettings(config=str(config), ready_main="off"), {"default": rails})
 
         def gauge() -> float | None:
             for family in CacheCollector(state.caches).collect():
@@ -287,6 +293,26 @@ rails:
             assert all(c.allowed for c in checks) and lookups == [Lease.ACQUIRED] * 4  # Redis answered
         finally:
             await state.stop()
+
+
+async def test_serve_writes_what_it_kept_when_it_stops(
+    tmp_path: Path, redis_server: RedisServer, emulator_factory: EmulatorFactory
+) -> None:
+    guard = await emulator_factory()
+    async with SlowConnectProxy(("127.0.0.1", redis_server.port), delay=0.3) as proxy:
+        config = serve_config(tmp_path, guard.base_url, proxy.url, "gcservestop")
+        rails = LLMRails(RailsConfig.from_path(str(config)))
+        settings = ServeSettings(config=str(config), warm_up=False, ready_main="off")
+        state = ServerState(settings, {"default": rails})
+        await state.start()  # no warm-up: the first lookup starts the tier
+        try:
+            checks = await rails.check_async([{"role": "user", "content": "kept until serve stops"}])
+            assert checks.allowed
+            cache: Any = rails.model_caches["content_safety"]
+            assert cache.store.pending_writes() == 1  # the tier was still connecting
+        finally:
+            await state.stop()  # the shutdown writes it
+    assert stored(redis_server.client(), "gcservestop") == 1
 
 
 # -- bad endpoints: a WARNING naming the node or service; checks go on; the tier joins once healthy --
