@@ -16,6 +16,7 @@ is throttled too). Recovery is logged at INFO, at most once per WARNING.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import os
 import threading
@@ -177,16 +178,24 @@ class ThrottledLog:
 _SETTLE_ROUNDS = 4  # loop iterations between a missed deadline and the cancellation
 
 _SCHEDSTAT: dict[int, tuple[int, int]] = {}  # native thread id -> (pid, fd of its schedstat, or -1)
+_SCHEDSTAT_MAX = 64
 
 
 def runqueue_wait() -> float | None:
     """Seconds the calling thread has spent runnable but waiting for a CPU (Linux's
     ``/proc/self/task/<tid>/schedstat``; None where it cannot be read). The file stays open per
-    thread: one ``pread``, about a microsecond."""
+    thread (at most ``_SCHEDSTAT_MAX`` of them): one ``pread``, about a microsecond. Never raises:
+    a deadline must not fail for want of a statistic."""
     tid = threading.get_native_id()
     pid = os.getpid()
     entry = _SCHEDSTAT.get(tid)
     if entry is None or entry[0] != pid:  # first use in this thread, or a forked child
+        if len(_SCHEDSTAT) >= _SCHEDSTAT_MAX:  # threads come and go: never hold more files than this
+            for _, old in _SCHEDSTAT.values():
+                if old >= 0:
+                    with contextlib.suppress(OSError):
+                        os.close(old)
+            _SCHEDSTAT.clear()
         try:
             fd = os.open(f"/proc/self/task/{tid}/schedstat", os.O_RDONLY)
         except OSError:
@@ -197,8 +206,9 @@ def runqueue_wait() -> float | None:
     try:
         return int(os.pread(entry[1], 64, 0).split()[1]) / 1e9
     except (OSError, ValueError, IndexError):  # e.g. a reused thread id whose old task is gone
-        os.close(entry[1])
-        del _SCHEDSTAT[tid]
+        with contextlib.suppress(OSError):
+            os.close(entry[1])
+        _SCHEDSTAT.pop(tid, None)
         return None
 
 
