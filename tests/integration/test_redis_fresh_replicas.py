@@ -4,10 +4,11 @@ tier), twenty new texts each. Ten starts one after another: every one writes all
 logs nothing about its tier, and a second replica started after each (up before its checks, as
 ``guardcache serve`` brings it up at start) reads all twenty from Redis without asking the guard.
 Once more with both cores kept busy by other processes, where reading the cluster's slots alone took
-up to 185 ms (an operation's budget is 50 ms). The spinners and the replicas then run at nice 19: the
-replicas share the two cores with the spinners (three processes wanting two cores), while the tests
-beside this one (the other pytest-xdist worker), Redis and the guard emulator keep their priority:
-the load is this test's, not theirs.
+up to 185 ms (an operation's budget is 50 ms). The spinners run at nice 19 and the replicas at the
+normal priority: the spinners take every cycle nobody else wants, so the replicas never find an idle
+core, while the tests beside this one (the other pytest-xdist worker), Redis and the guard emulator
+are not starved. (Replicas at nice 19 as well starved outright when the machine was already loaded
+by other processes at normal priority, as the suite is when run with both cores kept busy.)
 """
 
 from __future__ import annotations
@@ -40,8 +41,8 @@ BUSY_NICE = 19
 
 @pytest.fixture
 def busy_cores() -> Iterator[None]:
-    """Two processes spinning for the duration of the test (CI machines have two cores), at the
-    niceness of the replicas under test (see the module doc)."""
+    """Two processes spinning for the duration of the test (CI machines have two cores), at nice 19
+    (see the module doc)."""
     spin = ["nice", "-n", str(BUSY_NICE), sys.executable, "-c", "while True: pass"]
     spinners = [subprocess.Popen(spin, stdin=subprocess.DEVNULL) for _ in range(2)]
     try:
@@ -78,10 +79,9 @@ async def test_every_fresh_replica_writes_every_verdict_and_the_next_one_reads_t
         def stored(prefix: str) -> int:
             return sum(1 for _ in sentinels.client().scan_iter(match=f"{prefix}:*}}", count=1000))
 
-    nice = 0
+    nice = 0  # the replicas' (see the module doc)
     if busy:
         request.getfixturevalue("busy_cores")
-        nice = BUSY_NICE
     calls = 0
     for start in range(STARTS):
         prefix = f"gcfresh{mode}{int(busy)}{start}"
