@@ -545,7 +545,10 @@ class SentinelSet:
 
     def heal(self, timeout: float = 30.0) -> None:
         """Start every killed server again as a replica of the current primary (what Sentinel would
-        make it, without the window in which it comes back as an empty primary), and wait."""
+        make it, without the window in which it comes back as an empty primary), and wait. Right
+        after a failover the Sentinels may not agree yet on the primary (a loaded machine stretches
+        that): wait for them first."""
+        _wait("the Sentinels did not agree on a primary", lambda: self.primary_port() is not None, timeout)
         primary = self.primary()
         for server in self.servers:
             if not server.running:
