@@ -282,8 +282,10 @@ async def test_a_client_that_leaves_mid_stream_cancels_the_turn_and_its_main_cal
         await until(lambda: main.stats().abandoned_requests == 1, within=30)
         stats = main.stats()  # the main call was cancelled long before its 200 tokens
         assert stats.abandoned_requests == 1 and stats.abandoned_completion_tokens < 100
+        # the server lets go of the request once its cancelled turn has unwound (later, on a loaded
+        # machine, than the main model seeing the disconnect)
+        await until(lambda: sample(server.metrics(), "guardcache_requests_in_flight") == 0, within=30)
         metrics = server.metrics()
-        assert sample(metrics, "guardcache_requests_in_flight") == 0
         assert sample(metrics, "guardcache_turn_seconds_count", mode="stream", outcome="client_left") == 1
         # the server goes on serving
         pieces, final = await stream_text(server, "Tell me about bread")
