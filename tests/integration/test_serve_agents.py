@@ -13,14 +13,13 @@ from __future__ import annotations
 from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
+import agents  # openai-agents (dev extra): missing is a broken install, not a skip
 import openai
 import pytest
 
 from guardcache.emulator import ThreadedEmulator
 from guardcache.rails import REFUSAL
 from tests.integration.test_serve import GUARD_MODEL, MAIN_MODEL, ServeProcess, emulator, write_config
-
-agents = pytest.importorskip("agents")  # the dev extra installs it
 
 pytestmark = pytest.mark.integration
 
