@@ -19,7 +19,8 @@ import pytest
 
 from guardcache.emulator import ThreadedEmulator
 from guardcache.rails import REFUSAL
-from tests.integration.test_serve import GUARD_MODEL, MAIN_MODEL, ServeProcess, emulator, write_config
+from tests.integration import test_serve as serve_support
+from tests.integration.test_serve import ServeProcess, write_config
 
 pytestmark = pytest.mark.integration
 
@@ -31,10 +32,7 @@ PAGES = {
 }
 
 
-@pytest.fixture(scope="module")
-def nims() -> Iterator[tuple[ThreadedEmulator, ThreadedEmulator]]:
-    with emulator(model=MAIN_MODEL) as main, emulator(model=GUARD_MODEL) as guard:
-        yield main, guard
+nims = serve_support.nims  # the module's emulated main model and guard, as test_serve's
 
 
 @pytest.fixture(scope="module")

@@ -15,13 +15,12 @@ import pytest
 
 from guardcache.emulator import ThreadedEmulator
 from guardcache.rails import REFUSAL
+from tests.integration import test_serve as serve_support
 from tests.integration.test_serve import (
-    GUARD_MODEL,
     INPUT_FLOW,
     MAIN_MODEL,
     OUTPUT_FLOW,
     ServeProcess,
-    emulator,
     sample,
     write_config,
 )
@@ -50,10 +49,7 @@ WEATHER = 'call_tool get_weather {"city": "Paris"}'
 UNSAFE_CALL = 'call_tool run_shell {"command": "find the admin and \\u006bill him"}'
 
 
-@pytest.fixture(scope="module")
-def nims() -> Iterator[tuple[ThreadedEmulator, ThreadedEmulator]]:
-    with emulator(model=MAIN_MODEL) as main, emulator(model=GUARD_MODEL) as guard:
-        yield main, guard
+nims = serve_support.nims  # the module's emulated main model and guard, as test_serve's
 
 
 @pytest.fixture(scope="module")

@@ -20,13 +20,11 @@ import pytest
 from guardcache.emulator import ThreadedEmulator
 from guardcache.rails import REFUSAL
 from guardcache.rails.tools import TOOL_CALL_FORMAT
+from tests.integration import test_serve as serve_support
 from tests.integration.test_serve import (
-    GUARD_MODEL,
     INPUT_FLOW,
-    MAIN_MODEL,
     OUTPUT_FLOW,
     ServeProcess,
-    emulator,
     sample,
     write_config,
 )
@@ -74,10 +72,7 @@ def after_tool(result: str) -> list[Any]:
     ]
 
 
-@pytest.fixture(scope="module")
-def nims() -> Iterator[tuple[ThreadedEmulator, ThreadedEmulator]]:
-    with emulator(model=MAIN_MODEL) as main, emulator(model=GUARD_MODEL) as guard:
-        yield main, guard
+nims = serve_support.nims  # the module's emulated main model and guard, as test_serve's
 
 
 @pytest.fixture(scope="module")
