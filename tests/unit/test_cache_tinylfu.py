@@ -302,17 +302,20 @@ def test_sketch_counts_saturate_never_undercount_and_halve() -> None:
 
 
 def test_raise_to_lifts_a_keys_estimate_and_lowers_nothing() -> None:
+    # int keys: their hashes are the same in every process (a str's is salted per process, and two
+    # salted keys could share every counter of this small sketch in some runs)
+    A, B, C = 1001, 1002, 1003
     sketch = FrequencySketch(16)
     for _ in range(5):
-        sketch.increment(spread("a"))
+        sketch.increment(spread(A))
     others = {k: sketch.estimate(spread(k)) for k in range(100)}
-    sketch.raise_to(spread("b"), 9)
-    assert sketch.estimate(spread("b")) == 9
-    sketch.raise_to(spread("a"), 2)
-    assert sketch.estimate(spread("a")) == 5
+    sketch.raise_to(spread(B), 9)
+    assert sketch.estimate(spread(B)) == 9
+    sketch.raise_to(spread(A), 2)
+    assert sketch.estimate(spread(A)) == 5
     assert all(sketch.estimate(spread(k)) >= n for k, n in others.items())
-    sketch.raise_to(spread("c"), 99)
-    assert sketch.estimate(spread("c")) == CAP
+    sketch.raise_to(spread(C), 99)
+    assert sketch.estimate(spread(C)) == CAP
 
 
 def test_the_caches_inlined_increment_counts_in_its_sketch() -> None:
