@@ -118,6 +118,7 @@ class CacheStatsConfig(BaseModel):
 
 
 DEFAULT_REDIS_SECRET_ENV_VAR = "GUARDCACHE_REDIS_SECRET"
+DEFAULT_SNAPSHOT_KEY_ENV_VAR = "GUARDCACHE_SNAPSHOT_KEY"
 
 
 _DatabaseIndex = Annotated[int, BeforeValidator(reject_bool), Field(ge=0)]
@@ -338,6 +339,29 @@ class ModelCacheConfig(BaseModel):
         default_factory=CacheStatsConfig
     )
     redis: RedisConfig | None = None
+    # Seconds a verdict is served for, from when the guard gave it (in memory and in Redis, where
+    # it caps redis.ttl). Unset: a verdict lives until evicted (no clock read on a hit).
+    ttl: PositiveFloat | None = None
+    # Joins the key namespace of this model's verdicts (in memory, in Redis and in snapshots):
+    # changing it makes every old verdict unreachable at once, on every replica. The step of every
+    # guard upgrade (docs/operations.md).
+    version: str | None = Field(default=None, min_length=1, max_length=200)
+    # Warm restart (store: memory): the in-process cache written to this file on a graceful stop
+    # and every snapshot_interval seconds, signed with the key in snapshot_key_env_var, loaded at
+    # start when its signature and namespace match.
+    snapshot: str | None = Field(default=None, min_length=1)
+    snapshot_interval: PositiveFloat = 300.0
+    snapshot_key_env_var: EnvVarName = DEFAULT_SNAPSHOT_KEY_ENV_VAR
+
+    @model_validator(mode="after")
+    def _snapshot_of_memory(self) -> ModelCacheConfig:
+        if self.snapshot is not None and self.store != "memory":
+            raise FieldError(
+                "a snapshot is of an in-process cache (store: memory); with store: redis the shared "
+                "tier is what a restarted replica starts warm from",
+                ("snapshot",),
+            )
+        return self
 
     @model_validator(mode="after")
     def _redis_has_url(self) -> ModelCacheConfig:

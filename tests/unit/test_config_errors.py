@@ -64,7 +64,8 @@ def test_the_good_config_loads() -> None:
         pytest.param(
             edit("maxsize: 50000", "maxsixe: 50000"),
             "config.yml: models[1].cache.maxsixe: unknown key; did you mean 'maxsize'? "
-            "(allowed: enabled, maxsize (or capacity_per_model), store, policy, stats, redis)",
+            "(allowed: enabled, maxsize (or capacity_per_model), store, policy, stats, redis, ttl, version, "
+            "snapshot, snapshot_interval, snapshot_key_env_var)",
             id="unknown-nested-key",
         ),
         pytest.param(
