@@ -3,7 +3,8 @@
 A key is ``blake2b(namespace digest || kind || normalized prompt)``, 32 bytes (or, for several texts,
 ``|| "f" || (length || normalized text)...``). The namespace holds
 everything that changes the answer besides the prompt (model type and name, the template's
-fingerprint, generation parameters), so changing any of them can never serve an old verdict. Keys are
+fingerprint, generation parameters, and the operator's ``cache.version`` when set), so changing any
+of them can never serve an old verdict. Keys are
 digests, never the prompt: entries stay small and no user text is kept in a cache or sent to Redis.
 """
 
@@ -71,14 +72,18 @@ class Namespace:
     model: str
     template: str = ""
     params: tuple[tuple[str, str], ...] = ()
+    # The operator's name for the guard's behaviour (cache.version): what changes when the model
+    # behind the same name, or its policy, does. Only a set version is digested, so a namespace
+    # without one is byte-identical to those before versions existed (existing Redis entries stay
+    # reachable after an upgrade of guardcache).
+    version: str | None = None
     digest: bytes = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
-        blob = json.dumps(
-            [self.model_type, self.model, self.template, list(self.params)],
-            separators=(",", ":"),
-            ensure_ascii=False,
-        )
+        parts: list[Any] = [self.model_type, self.model, self.template, list(self.params)]
+        if self.version is not None:
+            parts.append(["version", self.version])
+        blob = json.dumps(parts, separators=(",", ":"), ensure_ascii=False)
         object.__setattr__(self, "digest", hashlib.blake2b(blob.encode(), digest_size=16).digest())
 
     @classmethod
@@ -88,10 +93,12 @@ class Namespace:
         model: str,
         template: str = "",
         params: Mapping[str, Any] | None = None,
+        *,
+        version: str | None = None,
     ) -> Namespace:
         """Build one from a parameter mapping (order-insensitive, values compared as JSON)."""
         items = tuple(sorted((str(k), json.dumps(v, sort_keys=True)) for k, v in (params or {}).items()))
-        return cls(model_type, model, template, items)
+        return cls(model_type, model, template, items, version)
 
     @property
     def tag(self) -> str:

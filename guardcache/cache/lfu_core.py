@@ -33,7 +33,8 @@ import threading
 from collections.abc import Hashable, MutableSequence
 from typing import Any, ClassVar
 
-from guardcache.cache.policy import HotPaths
+from guardcache.cache.policy import HotPaths, PolicyState
+from guardcache.cache.policy_state import check_restorable, export_columns, keep_safest, store_entry
 from guardcache.cache.slots import Slots
 from guardcache.cache.slots import clock as _clock
 
@@ -124,6 +125,54 @@ class LFUPolicy(Slots):
             groups[-1].append(self.keys[i])
             i = self.next[i]
         return [key for group in groups for key in reversed(group)]
+
+    def export_state(self) -> PolicyState:
+        """Every entry in eviction order with its frequency: all the LFU's order is (frequency
+        groups ascending, least recent first within one), so a restore rebuilds it exactly."""
+        slots: list[int] = []
+        group: list[int] = []
+        last_freq = -1
+        freq, nxt = self.freq, self.next
+        i = nxt[0]
+        while i:  # the list holds each group newest first: reverse each group
+            if freq[i] != last_freq:
+                slots.extend(reversed(group))
+                group = []
+                last_freq = freq[i]
+            group.append(i)
+            i = nxt[i]
+        slots.extend(reversed(group))
+        return export_columns(self, slots, [freq[i] for i in slots], bytes(len(slots)), {})
+
+    def restore_state(self, state: PolicyState) -> int:
+        """Link ``state``'s entries as they were: the safest ``maxsize`` of them, grouped by
+        frequency (a stable sort, which keeps an exported order as it is)."""
+        check_restorable(self, state)
+        keep = keep_safest(state, self.maxsize)
+        order = sorted(keep, key=state.frequency.__getitem__)  # stable: recency within a group kept
+        if any(state.frequency[k] < 1 for k in order):
+            raise ValueError("an LFU entry's frequency is at least 1")
+        freq, prv, nxt, oldest = self.freq, self.prev, self.next, self.oldest
+        # The list runs groups ascending, newest first within a group; ``order`` is oldest first.
+        linked: list[int] = []
+        start = 0
+        for end in range(1, len(order) + 1):
+            if end == len(order) or state.frequency[order[end]] != state.frequency[order[start]]:
+                linked.extend(reversed(order[start:end]))
+                start = end
+        last = 0
+        for k in linked:
+            i = self.grow()
+            store_entry(self, i, k, state)
+            f = state.frequency[k]
+            freq[i] = f
+            nxt[last] = i
+            prv[i] = last
+            oldest[f] = i  # the group's last node (the list reaches it after its newer entries)
+            last = i
+        nxt[last] = 0
+        prv[0] = last
+        return len(self.index)
 
 
 def hot_paths(s: LFUPolicy, lock: threading.RLock, maxsize: int) -> HotPaths:

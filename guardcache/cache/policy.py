@@ -27,7 +27,11 @@ What a policy owes the cache (all of it under the cache's lock, which the hot pa
 - ``touch(slot)``: an access that did not come through ``hot.get`` (the single flight's hits);
 - ``remove(key)``: delete, not an eviction; ``reset()``: drop every entry (the cache counts them);
 - ``frequency(slot)``: what the policy knows of the entry's popularity, for ``entry()``;
-- ``eviction_order()``: keys from the next victim to the safest, for tests and debugging.
+- ``eviction_order()``: keys from the next victim to the safest, for tests and debugging;
+- ``export_state()`` / ``restore_state(state)``: its entries and order as a :class:`PolicyState`
+  (what a snapshot file holds, :mod:`~guardcache.cache.snapshot`), and back into an empty policy,
+  so a restarted process evicts in the order the stopped one would have. Cold paths: the hot paths
+  are not touched, and a restore counts no hit, miss or eviction.
 """
 
 from __future__ import annotations
@@ -46,6 +50,31 @@ class HotPaths(NamedTuple):
     get: Callable[[Hashable, Any], Any]
     put: Callable[[Hashable, Any], None]
     counts: Callable[[], tuple[int, int, int, int]]
+
+
+class PolicyState(NamedTuple):
+    """A policy's entries and order, as plain columns (one item an entry, in eviction order: the
+    next victim first), plus what the policy keeps beside its entries (``extra``).
+
+    Why columns in eviction order rather than the policy's own arrays: a state must restore into a
+    cache of another ``maxsize`` (the config changed), keeping the safest entries (the last ones);
+    and the file format (:mod:`~guardcache.cache.snapshot_format`) writes each column in one piece.
+    Times are wall-clock (``time.time()``) so they survive the process; ``accessed`` is NaN for an
+    entry not read since it was stored. ``segment`` is the policy's queue of each entry (LFU: 0),
+    ``frequency`` its count (LFU: accesses; TinyLFU: the aged count). ``extra`` holds ints, floats
+    and bytes only (TinyLFU: the sketch, the queues' limits, the climber), so no format needs to
+    know a policy's types.
+    """
+
+    policy: str
+    maxsize: int
+    keys: list[Hashable]
+    values: list[Any]
+    created: array[float]
+    accessed: array[float]
+    frequency: list[int]
+    segment: bytes
+    extra: dict[str, int | float | bytes]
 
 
 class EvictionPolicy(Protocol):
@@ -83,6 +112,16 @@ class EvictionPolicy(Protocol):
         """Keys from the next victim to the safest (O(n))."""
         ...
 
+    def export_state(self) -> PolicyState:
+        """The entries in eviction order and the policy's own state (under the cache's lock)."""
+        ...
+
+    def restore_state(self, state: PolicyState) -> int:
+        """Fill this empty policy from ``state`` (of the same policy; the safest ``maxsize`` of its
+        entries when it holds more); how many entries it now holds. ``ValueError`` if the policy is
+        not empty or ``state`` is inconsistent (nothing is changed then)."""
+        ...
+
     def __len__(self) -> int: ...
 
 
@@ -90,4 +129,4 @@ class EvictionPolicy(Protocol):
 PolicyFactory = Callable[[int, threading.RLock], EvictionPolicy]
 
 
-__all__ = ["EvictionPolicy", "HotPaths", "PolicyFactory"]
+__all__ = ["EvictionPolicy", "HotPaths", "PolicyFactory", "PolicyState"]

@@ -60,7 +60,8 @@ COMPUTATIONS = 16
 LEASE_WAITS = 17
 LEASE_TAKEOVERS = 18
 LEASE_TIMEOUTS = 19
-N_COUNTERS = 20
+EXPIRATIONS = 20
+N_COUNTERS = 21
 
 Counts = list[int]  # indexed by the constants above
 
@@ -82,6 +83,8 @@ class StatsSnapshot:
       secret), ``l2_misses``, ``l2_corrupt``, ``l2_unavailable``, ``l2_errors``,
       ``l2_auth_failures``, ``computations`` (backend calls), ``lease_waits``,
       ``lease_takeovers``, ``lease_timeouts``: see :class:`~guardcache.cache.redis.stats.TierStats`.
+    - ``expirations``: entries found past the cache's ``ttl`` and dropped (each lookup that found
+      one is also a miss); not evictions: the policy did not choose them.
 
     The fields are in the order of this module's indices (``StatsSnapshot.of`` relies on it).
     """
@@ -106,6 +109,7 @@ class StatsSnapshot:
     lease_waits: int = 0
     lease_takeovers: int = 0
     lease_timeouts: int = 0
+    expirations: int = 0
 
     @classmethod
     def of(cls, counts: list[int]) -> StatsSnapshot:

@@ -8,9 +8,11 @@ config's ``cache.policy`` choices (``guardcache.config.models``; a test keeps th
 
 from __future__ import annotations
 
+from guardcache.cache.expiry import Clock
 from guardcache.cache.lfu import LFUCache
 from guardcache.cache.policy_cache import PolicyCache
 from guardcache.cache.recorder import StatsRecorder
+from guardcache.cache.slots import clock as slot_clock
 from guardcache.cache.stats import StatsReporter
 from guardcache.cache.tinylfu import TinyLFUCache
 
@@ -38,11 +40,20 @@ def make_cache(
     *,
     reporter: StatsReporter | None = None,
     recorder: StatsRecorder | None = None,
+    ttl: float | None = None,
+    clock: Clock = slot_clock,
 ) -> PolicyCache:
-    """A cache of ``maxsize`` entries evicting by ``policy`` (``"lfu"``, ``"tinylfu"``); the other
-    arguments are :class:`~guardcache.cache.policy_cache.PolicyCache`'s."""
+    """A cache of ``maxsize`` entries evicting by ``policy`` (``"lfu"``, ``"tinylfu"``), its entries
+    served for ``ttl`` seconds (None: until evicted); the other arguments are
+    :class:`~guardcache.cache.policy_cache.PolicyCache`'s."""
     return cache_class(policy)(
-        maxsize, track_stats, stats_logging_interval, reporter=reporter, recorder=recorder
+        maxsize,
+        track_stats,
+        stats_logging_interval,
+        reporter=reporter,
+        recorder=recorder,
+        ttl=ttl,
+        clock=clock,
     )
 
 

@@ -34,6 +34,11 @@ def wall_time(stamp: float) -> float:
     return stamp + _WALL_OFFSET
 
 
+def from_wall_time(wall: float) -> float:
+    """The :data:`clock` reading of a wall-clock time (a snapshot's times, restored)."""
+    return wall - _WALL_OFFSET
+
+
 class Slots:
     """The entries of one cache, by slot. Every method expects the caller to hold the cache's lock.
 
@@ -85,4 +90,4 @@ class Slots:
         return len(self.index)
 
 
-__all__ = ["Slots", "clock", "wall_time"]
+__all__ = ["Slots", "clock", "from_wall_time", "wall_time"]

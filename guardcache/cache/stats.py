@@ -47,6 +47,7 @@ _COUNTERS = (
     "load_success",
     "load_failure",
     "total_load_time",
+    "expirations",
 )
 
 
@@ -67,7 +68,10 @@ class CacheStats(dict[str, Any]):
     The keys are ``hits``, ``misses``, ``evictions``, ``puts``, ``updates``, ``coalesced``,
     ``current_size``, ``maxsize``, the derived ``hit_rate`` and ``capacity`` (NeMo Guardrails'
     name for maxsize), and the loads: ``load_success``, ``load_failure``, ``total_load_time``
-    (seconds) and the derived ``average_load_penalty`` (seconds per load), as Caffeine names them.
+    (seconds) and the derived ``average_load_penalty`` (seconds per load), as Caffeine names them;
+    ``expirations``: entries found past the cache's ``ttl`` and dropped (each such lookup was also
+    a miss; always 0 without a ``ttl``). The stats line shows none of the loads nor
+    ``expirations``: it stays the seed's, which operators grep.
     So code written for NeMo's dict-valued ``get_stats()`` reads it unchanged (``stats["hits"]``,
     ``isinstance(stats, dict)``, ``json.dumps(stats)``) and guardcache code reads ``stats.hits``.
     ``lookups`` and ``load_count`` are attributes only.
@@ -95,6 +99,7 @@ class CacheStats(dict[str, Any]):
         load_success: int = 0,
         load_failure: int = 0,
         total_load_time: float = 0.0,
+        expirations: int = 0,
     ) -> None:
         total = hits + misses
         loads = load_success + load_failure
@@ -113,6 +118,7 @@ class CacheStats(dict[str, Any]):
             load_failure=load_failure,
             total_load_time=total_load_time,
             average_load_penalty=total_load_time / loads if loads else 0.0,
+            expirations=expirations,
         )
 
     @classmethod
@@ -130,6 +136,7 @@ class CacheStats(dict[str, Any]):
             load_success=snapshot.load_success,
             load_failure=snapshot.load_failure,
             total_load_time=snapshot.total_load_time,
+            expirations=snapshot.expirations,
         )
 
     @classmethod
@@ -182,6 +189,11 @@ class CacheStats(dict[str, Any]):
     @property
     def load_failure(self) -> int:
         return self._count("load_failure")
+
+    @property
+    def expirations(self) -> int:
+        """Entries dropped because they outlived the cache's ``ttl``."""
+        return self._count("expirations")
 
     @property
     def total_load_time(self) -> float:

@@ -50,9 +50,10 @@ from collections.abc import Callable, Hashable, MutableSequence
 from typing import Any, ClassVar, NamedTuple
 
 from guardcache.cache.climber import HillClimber
-from guardcache.cache.policy import HotPaths, PolicyFactory
+from guardcache.cache.policy import HotPaths, PolicyFactory, PolicyState
 from guardcache.cache.policy_cache import PolicyCache
-from guardcache.cache.sketch import CAP, GOLDEN, SHIFT, FrequencySketch, spread
+from guardcache.cache.policy_state import check_restorable, export_columns, keep_safest, store_entry
+from guardcache.cache.sketch import CAP, GOLDEN, SHIFT, FrequencySketch, spread, table_size
 from guardcache.cache.slots import Slots
 from guardcache.cache.slots import clock as _clock
 
@@ -86,6 +87,8 @@ class _Paths(NamedTuple):
     remove: Callable[[Hashable], bool]
     reset: Callable[[], None]
     sizes: Callable[[], Sizes]
+    export_state: Callable[[], PolicyState]
+    restore_state: Callable[[PolicyState], int]
 
 
 class TinyLFUPolicy(Slots):
@@ -150,6 +153,17 @@ class TinyLFUPolicy(Slots):
     def frequency(self, i: int) -> int:
         """The entry's count: its requests, aged as the sketch's (so at most 15)."""
         return self.freq[i]
+
+    def export_state(self) -> PolicyState:
+        """The entries in eviction order with their queues and counts, and the sketch, the queues'
+        limits, the aging and climbing periods' progress and the climber's state (``extra``)."""
+        return self._paths.export_state()
+
+    def restore_state(self, state: PolicyState) -> int:
+        """The entries back in their queues, in order; the rest of the state too when ``state`` is
+        of a cache of this ``maxsize`` (else the limits start as a new cache's and the queues are
+        brought within them)."""
+        return self._paths.restore_state(state)
 
     def sizes(self) -> Sizes:
         """The queues' sizes and limits now."""
@@ -552,8 +566,120 @@ def _paths(s: TinyLFUPolicy, lock: threading.RLock) -> _Paths:
     def counts() -> tuple[int, int, int, int]:
         return hits, misses, evictions, updates
 
+    def progress() -> tuple[int, int, int]:
+        """Requests so far, hits (touches and updates included) and insertions, as maintain()
+        counts them."""
+        inserted = len(index) + evictions + s.removed + cleared
+        served = hits + touches + updates
+        return served + inserted, served, inserted
+
+    def export_state() -> PolicyState:
+        slots: list[int] = []
+        for q in (*range(PROBATION, _QUEUES), PROTECTED, WINDOW):
+            i = nxt[q]
+            while i != q:
+                slots.append(i)
+                i = nxt[i]
+        requests, served, inserted = progress()
+        extra: dict[str, int | float | bytes] = {
+            "sized": int(sized),
+            "sketch": bytes(table) if sized else b"",
+            "window_max": window_max,
+            "protected_max": protected_max,
+            # Where the periods stand, relative to now: a restored cache counts from zero.
+            "until_age": next_age - requests,
+            "until_climb": next_climb - requests,
+            "until_maintain": next_evictions - evictions,
+            "period_hits": served - last_hits,
+            "period_misses": inserted - last_inserted,
+            "rand": rand,
+        }
+        if climber is not None:
+            extra.update(
+                climb_step=climber.step,
+                climb_last_rate=climber.last_rate,
+                climb_settling=int(climber.settling),
+            )
+        return export_columns(s, slots, [freq[i] for i in slots], bytes(queue[i] for i in slots), extra)
+
+    def restore_state(state: PolicyState) -> int:
+        nonlocal window, protected, low, sized, table, tmask, window_max, protected_max
+        nonlocal next_age, next_climb, next_evictions, last_hits, last_inserted, rand
+        check_restorable(s, state)
+        keep = keep_safest(state, maxsize)
+        if any(not 0 <= state.frequency[k] <= CAP or state.segment[k] >= _QUEUES for k in keep):
+            raise ValueError("a TinyLFU entry's count or queue is out of range")
+        extra = state.extra
+        same = state.policy == s.name and state.maxsize == maxsize and maxsize > 0
+        sketch_bytes = extra.get("sketch", b"")
+        wmax, pmax = extra.get("window_max"), extra.get("protected_max")
+        if same:  # check everything before changing anything
+            if not (
+                isinstance(wmax, int)
+                and isinstance(pmax, int)
+                and 0 <= wmax <= maxsize
+                and 0 <= pmax <= maxsize
+            ):
+                raise ValueError("a TinyLFU state's queue limits are out of range")
+            if extra.get("sized") and (
+                not isinstance(sketch_bytes, bytes)
+                or len(sketch_bytes) != table_size(maxsize)
+                or max(sketch_bytes, default=0) > CAP
+            ):
+                raise ValueError("a TinyLFU state's sketch does not fit this cache")
+        for k in keep:
+            i = s.grow()
+            store_entry(s, i, k, state)
+            f = state.frequency[k]
+            freq[i] = f
+            q = state.segment[k]
+            if q >= PROBATION:
+                q = PROBATION + f  # probation is ordered by count: an entry's queue is its count's
+            link(i, q)
+            if q == WINDOW:
+                window += 1
+            elif q == PROTECTED:
+                protected += 1
+        low = PROBATION
+        requests, served, inserted = progress()
+
+        def number(name: str, default: int, lo: int, hi: int) -> int:
+            value = extra.get(name)
+            return min(hi, max(lo, value)) if isinstance(value, int) else default
+
+        if same:
+            window_max, protected_max = int(wmax or 0), int(pmax or 0)  # (ints: checked above)
+            if extra.get("sized") and isinstance(sketch_bytes, bytes):
+                sketch.resize(maxsize)
+                sketch.table[:] = sketch_bytes
+                table, tmask = sketch.table, sketch.mask
+                sized = True
+            next_age = requests + number("until_age", sample, -(1 << 62), sample)  # (< 0: overdue)
+            next_climb = requests + number("until_climb", period, -(1 << 62), period)
+            next_evictions = evictions + number("until_maintain", 0, 0, maintain_every)
+            last_hits = served - number("period_hits", 0, 0, period)
+            last_inserted = inserted - number("period_misses", 0, 0, period)
+            rand = number("rand", rand, 1, 0xFFFFFFFF)
+            if climber is not None:
+                step, rate = extra.get("climb_step"), extra.get("climb_last_rate")
+                if isinstance(step, float) and abs(step) <= climber.max_step:
+                    climber.step = step
+                if isinstance(rate, float) and 0.0 <= rate <= 1.0:
+                    climber.last_rate = rate
+                climber.settling = bool(extra.get("climb_settling", 0))
+        else:
+            next_age, next_climb = requests + sample, requests + period
+            last_hits, last_inserted = served, inserted
+        if not sized and len(index) + 1 >= maxsize >> 1:
+            sketch.resize(maxsize)
+            table, tmask = sketch.table, sketch.mask
+            sized = True
+        while window > window_max or protected > protected_max:
+            rebalance()  # a state of another capacity: its queues brought within this one's limits
+        return len(index)
+
     hot = HotPaths(get, put if maxsize else put_nothing, counts)
-    return _Paths(hot, touch, remove, reset, sizes)
+    return _Paths(hot, touch, remove, reset, sizes, export_state, restore_state)
 
 
 class TinyLFUCache(PolicyCache):

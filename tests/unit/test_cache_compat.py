@@ -91,10 +91,11 @@ def test_get_stats_is_a_dict_with_attribute_access() -> None:
         "load_failure": 0,
         "total_load_time": 0.0,
         "average_load_penalty": 0.0,
+        "expirations": 0,
     }
     for name in (
         *("hits", "misses", "evictions", "puts", "updates", "coalesced", "current_size", "maxsize"),
-        *("load_success", "load_failure", "total_load_time", "average_load_penalty"),
+        *("load_success", "load_failure", "total_load_time", "average_load_penalty", "expirations"),
     ):
         assert getattr(s, name) == s[name]
     assert s.hit_rate == s["hit_rate"] == 0.5 and s.lookups == 2

@@ -11,6 +11,7 @@ The pieces, one job each:
 - :mod:`~guardcache.cache.redis.store`   the Redis operations, each within ``timeout_ms``, never raising
 - :mod:`~guardcache.cache.redis.stats`   ``TierStats`` and the counters shared through Redis
 - :mod:`~guardcache.cache.redis.tiered`  ``TieredCache``: L1 -> Redis -> backend, leases, stats flushing
+- :mod:`~guardcache.cache.redis.clearing` a clear that reaches every replica (clear tokens, ``ClearWatch``)
 - :mod:`~guardcache.cache.redis.cli`     ``guardcache cache stats|clear`` (not imported here)
 
 Like the rest of ``guardcache.cache`` this knows nothing of config files or LLMs: it takes plain

@@ -11,7 +11,8 @@ layers with the other commands (docs/architecture.md), while the rest of the cac
 
 It needs no tier secret (only where Redis is and how to log in): counting and deleting go by key
 prefix and scope, which are public, while the digests inside the braces are HMACs only the replicas
-can compute.
+can compute. A clear also tells every running replica to drop its in-process entries of the models
+cleared (a new clear token per scope, :mod:`~guardcache.cache.redis.clearing`).
 """
 
 from __future__ import annotations
@@ -27,13 +28,12 @@ from typing import Any
 import redis
 from redis.exceptions import RedisClusterException
 
+from guardcache.cache.redis.clearing import SCAN_COUNT, clear_shared
 from guardcache.cache.redis.clients import AdminClient, RedisEndpoint, admin_client
 from guardcache.cache.redis.keys import LEASE_SUFFIX, KeySpace, prefix_pattern, scope_of
 from guardcache.cache.redis.stats import GlobalTierStats
 from guardcache.errors import ConfigError
 
-SCAN_COUNT = 1000
-UNLINK_BATCH = 500
 MEMORY_SAMPLES = 32
 ADMIN_TIMEOUT_S = 5.0  # admin commands are not on a request's path: no need for the tight budget
 # What Redis can fail with (a cluster client's "cannot connect" is not a RedisError).
@@ -107,9 +107,9 @@ def register(subparsers: Any) -> None:
         parents=[common],
         help="delete one model's cached verdicts (--model) or everything under the prefix (--all)",
         description=(
-            "Delete cached verdicts from Redis with SCAN + UNLINK in batches and report how many "
-            "keys were deleted. In-process caches of running replicas keep their entries until "
-            "they restart or evict them."
+            "Delete cached verdicts from Redis with SCAN + UNLINK in batches, report how many keys "
+            "were deleted, and tell every running replica to drop its in-process entries of the "
+            "models cleared (each reads a clear token in Redis every 200 ms: within a second)."
         ),
     )
     clear.add_argument(
@@ -216,33 +216,6 @@ def prefix_scopes(client: AdminClient, prefix: str) -> dict[str, int]:
     return dict(sorted(counts.items()))
 
 
-def _unlink(node: redis.Redis, keys: list[bytes], one_node: bool) -> int:
-    """One batch: one UNLINK on a server; on a cluster's primary one UNLINK per key (a command may
-    name keys of one slot only), pipelined: one round trip either way."""
-    if one_node:
-        return int(node.unlink(*keys))
-    with node.pipeline(transaction=False) as pipe:
-        for key in keys:
-            pipe.unlink(key)
-        return sum(int(n) for n in pipe.execute())
-
-
-def unlink_matching(client: AdminClient, pattern: str) -> int:
-    """Delete every key matching ``pattern`` (SCAN + UNLINK in batches, on every primary); how many
-    were deleted."""
-    deleted = 0
-    for node in client.primaries():
-        batch: list[bytes] = []
-        for key in node.scan_iter(match=pattern, count=SCAN_COUNT):
-            batch.append(key)
-            if len(batch) >= UNLINK_BATCH:
-                deleted += _unlink(node, batch, client.one_node)
-                batch.clear()
-        if batch:
-            deleted += _unlink(node, batch, client.one_node)
-    return deleted
-
-
 def _fmt_bytes(n: int | None) -> str:
     if n is None:
         return "n/a"
@@ -318,21 +291,29 @@ def run_clear(args: argparse.Namespace) -> int:
     except ConfigError as exc:
         return _usage_error(str(exc))
     deleted: dict[str, int] = {}
-    try:
-        for target in found:
-            pattern = prefix_pattern(target.keys.prefix) if args.all else target.keys.scope_pattern
-            where = f"{target.where} {pattern}"
-            if where in deleted:  # --all: several models share one prefix
-                continue
+    told: dict[str, list[str]] = {}
+    for target in found:
+        pattern = prefix_pattern(target.keys.prefix) if args.all else target.keys.scope_pattern
+        where = f"{target.where} {pattern}"
+        if where in deleted:  # --all: several models share one prefix
+            continue
+        try:
             with _connect(target.endpoint) as client:
-                deleted[where] = unlink_matching(client, pattern)
-    except REDIS_ERRORS as exc:
-        return _fail(f"Redis error: {type(exc).__name__}: {exc}")
+                deleted[where], told[where] = clear_shared(client, target.keys, everything=args.all)
+        except REDIS_ERRORS as exc:
+            done = f"; cleared before it: {', '.join(deleted)}" if deleted else ""
+            return _fail(
+                f"Redis error at {target.where} ({target.model_type}): {type(exc).__name__}: {exc}; "
+                f"the clear of {pattern} did not complete and no replica was told to drop its "
+                f"in-process entries{done}"
+            )
     if args.json:
-        print(json.dumps({"deleted": deleted, "total": sum(deleted.values())}, indent=2))
+        report = {"deleted": deleted, "total": sum(deleted.values()), "replicas_told": told}
+        print(json.dumps(report, indent=2))
         return 0
     for where, n in deleted.items():
         print(f"deleted {n} keys: {where}")
+        print(f"  running replicas told to drop their in-process entries of: {', '.join(told[where])}")
     return 0
 
 

@@ -27,6 +27,7 @@ _GLOB_SPECIALS = re.compile(r"([*?\[\]\\])")
 
 LEASE_SUFFIX = ":lease"
 STATS_SUFFIX = "stats"
+CLEARED_SUFFIX = "cleared"  # the scope's clear token (cache/redis/clearing.py)
 
 
 def model_scope(model_type: str, model_name: str) -> str:
@@ -95,6 +96,12 @@ class KeySpace:
         return f"{self.base}{STATS_SUFFIX}"
 
     @property
+    def cleared_key(self) -> str:
+        """The token ``guardcache cache clear`` replaces and every replica polls
+        (:mod:`~guardcache.cache.redis.clearing`): a new value means "drop your in-process entries"."""
+        return f"{self.base}{CLEARED_SUFFIX}"
+
+    @property
     def scope_pattern(self) -> str:
         """MATCH pattern of every key of this scope (values, leases, stats)."""
         return glob_escape(self.base) + "*"
@@ -119,12 +126,14 @@ def scope_of(key: str, prefix: str) -> str | None:
     brace = rest.find(":{")
     if brace >= 0:
         return rest[:brace]
-    if rest.endswith(":" + STATS_SUFFIX):
-        return rest[: -len(STATS_SUFFIX) - 1]
+    for suffix in (STATS_SUFFIX, CLEARED_SUFFIX):
+        if rest.endswith(":" + suffix):
+            return rest[: -len(suffix) - 1]
     return None
 
 
 __all__ = [
+    "CLEARED_SUFFIX",
     "LEASE_SUFFIX",
     "KeySpace",
     "glob_escape",

@@ -882,6 +882,16 @@ class RedisStore:
 
         return await self._run(op, budget=self._background_budget)
 
+    async def background(self, op: Callable[[Any], Awaitable[T]]) -> T | Unavailable:
+        """``op`` on this loop's redis-py client with the budget of work off the requests' path,
+        under every rule of the other operations (set-up, breaker, counting): the tier's upkeep
+        that lives in modules of its own (the clear watch, :mod:`~guardcache.cache.redis.clearing`)."""
+
+        async def on_client(c: _LoopClient) -> T:
+            return await op(c.client)
+
+        return await self._run(on_client, budget=self._background_budget)
+
     # -- state ------------------------------------------------------------------------------------
 
     @property

@@ -46,6 +46,7 @@ from typing import Any, Protocol
 from guardcache.cache.interface import MISSING, CacheInterface, ComputeFn
 from guardcache.cache.policy_cache import PolicyCache
 from guardcache.cache.recorder import StatsRecorder
+from guardcache.cache.redis.clearing import ClearWatch
 from guardcache.cache.redis.health import Clock
 from guardcache.cache.redis.stats import GLOBAL_FIELDS, GlobalTierStats, TierStats, log
 from guardcache.cache.redis.store import CONNECTING, FAILED, Found, Lease, RedisStore, Rejected, Unavailable
@@ -54,6 +55,14 @@ from guardcache.cache.stats import CacheStats, StatsReporter, default_reporter
 _POLL_FIRST_S = 0.002
 _POLL_MAX_S = 0.05
 _MAX_REJECTED = 3  # unusable values (forged or undecodable) one load reads before it stops asking
+
+
+def _remaining_s(found: Found) -> float:
+    """Seconds a verdict read from Redis has left to live: its sealed expiry (now + min(cache.ttl,
+    redis.ttl) when it was judged) less now. Read from the envelope the store already authenticated:
+    no PTTL, no second command, no byte more per value (wall clocks, as the store's own expiry
+    check: keep the hosts' clocks in sync)."""
+    return found.expires_at_ms / 1000 - time.time()
 
 
 class Codec(Protocol):
@@ -101,6 +110,8 @@ class TieredCache(CacheInterface):
         self._events = 0
         self._flushing = False
         self._tasks: set[asyncio.Task[Any]] = set()
+        #: Drops the L1 when ``guardcache cache clear`` empties this model's scope (clearing.py).
+        self.clearing = ClearWatch(store, l1)
         self._reporter: StatsReporter | None = None
         self._report_handle: int | None = None
         if stats_logging_interval is not None:
@@ -120,6 +131,7 @@ class TieredCache(CacheInterface):
 
     async def _load(self, key: Hashable, compute_fn: ComputeFn) -> Any:
         """L2 then backend, for one L1 miss (already coalesced in this process by the L1)."""
+        self.clearing.ensure()  # before this loop's first entry: a clear reaches what it serves
         rec = self.recorder
         token = secrets.token_hex(8)
         ignore = b""  # a value we rejected: absent for the script, so we recompute and overwrite it
@@ -141,6 +153,8 @@ class TieredCache(CacheInterface):
                     rec.record_l2_hit(previous=found.previous)
                     if found.previous and found.lease is Lease.ACQUIRED:  # re-write it, new name
                         await self._settle(key, token, found.payload, found.expires_at_ms)
+                    if self.l1.ttl is not None:  # judged earlier: L1 keeps it for what is left
+                        self.l1.expire_load_after(key, _remaining_s(found))
                     return value
                 rec.record_l2_corrupt()
                 # Unreadable under the current name: reject it like a forgery. Under the previous
@@ -262,7 +276,7 @@ class TieredCache(CacheInterface):
             value = self._decode(found.payload)
             if value is not None:
                 self.recorder.record_l2_hit(previous=found.previous)
-                self.l1.put(key, value)
+                self.l1.put_expiring(key, value, _remaining_s(found))
                 if found.previous:
                     await self.store.set(key, found.payload, expires_at_ms=found.expires_at_ms)
                 return value
@@ -407,6 +421,7 @@ class TieredCache(CacheInterface):
         at most about twice ``connect_timeout_ms``), e.g. at start-up, so the first requests find
         the tier up; whether it is. Optional: the first lookup starts it anyway (and misses if it
         is not up within its budget)."""
+        self.clearing.ensure()
         return await self.store.connect()
 
     async def aclose(self, *, flush: bool = True) -> None:
@@ -414,6 +429,7 @@ class TieredCache(CacheInterface):
         ``flush``, for a set-up in progress; bounded: about twice ``connect_timeout_ms`` plus a
         second), flush the stats deltas (unless ``flush=False``, e.g. when a sync API closes the
         short-lived loop of each call), then close this loop's Redis client."""
+        await self.clearing.stop()
         await self.store.drain(wait_for_setup=flush)
         if flush:
             await self.flush_stats()
