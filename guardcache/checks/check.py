@@ -207,6 +207,7 @@ class LLMCheck:
         generation: GenerationSettings | None = None,
         settings: Mapping[str, Any] | None = None,
         max_input_chars: int = DEFAULT_MAX_INPUT_CHARS,
+        cache_version: str | None = None,
     ) -> None:
         # The model's generation settings (ModelConfig.generation: parsed at validation, transport
         # settings apart, they are the client's) over the flow's defaults, under the prompt's own.
@@ -229,8 +230,13 @@ class LLMCheck:
         # What the template may read beside the texts with one value (history: None outside topic
         # control, as NeMo renders it); constant, so not keyed.
         self.fixed: dict[str, Any] = fixed_variables(spec.variables)
+        # cache.version joins it: bumping it (a guard upgrade) leaves every old verdict unreachable.
         self.namespace = Namespace.of(
-            model_type, model_name, fingerprint(prompt, self.settings), {**self.params, "~flow": spec.name}
+            model_type,
+            model_name,
+            fingerprint(prompt, self.settings),
+            {**self.params, "~flow": spec.name},
+            version=cache_version,
         )
 
     def messages(self, texts: Mapping[str, Any]) -> list[dict[str, Any]]:

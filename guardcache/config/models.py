@@ -344,7 +344,7 @@ class ModelCacheConfig(BaseModel):
     ttl: PositiveFloat | None = None
     # Joins the key namespace of this model's verdicts (in memory, in Redis and in snapshots):
     # changing it makes every old verdict unreachable at once, on every replica. The step of every
-    # guard upgrade (docs/operations.md).
+    # guard upgrade (docs/configuration.md, "Upgrading a guard").
     version: str | None = Field(default=None, min_length=1, max_length=200)
     # Warm restart (store: memory): the in-process cache written to this file on a graceful stop
     # and every snapshot_interval seconds, signed with the key in snapshot_key_env_var, loaded at

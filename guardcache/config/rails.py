@@ -48,6 +48,7 @@ from guardcache.config.prompts import (
     with_defaults,
 )
 from guardcache.config.settings import RailSettings
+from guardcache.config.shadow import ShadowSettings
 from guardcache.errors import ConfigError
 from guardcache.flows import DEFAULT_MAX_INPUT_CHARS, KNOWN_FLOWS, FlowRef, FlowSpec, prompt_variables
 from guardcache.prompts.nemo_defaults import (
@@ -99,6 +100,11 @@ class RailGroup(BaseModel):
     flows: Annotated[list[str], BeforeValidator(lambda v: [] if v is None else v)] = Field(
         default_factory=list
     )
+    # Rails tried out on a sample of the turns after they are answered; they never decide a turn
+    # (rails.shadow, guardcache.rails.shadow). Input and output groups only.
+    shadow_flows: Annotated[list[str], BeforeValidator(lambda v: [] if v is None else v)] = Field(
+        default_factory=list
+    )
     parallel: bool = False
     on_error: Literal["block", "allow"] = "block"
     # Seconds all checks of this group may take together on a turn (backend calls, retries and
@@ -112,7 +118,7 @@ class RailGroup(BaseModel):
         default_factory=OutputStreaming
     )
 
-    @field_validator("flows")
+    @field_validator("flows", "shadow_flows")
     @classmethod
     def _flows_are_known(cls, flows: list[str]) -> list[str]:
         problems: list[Problem] = []
@@ -134,6 +140,10 @@ class RailGroup(BaseModel):
     def flow_refs(self) -> list[FlowRef]:
         """The flows, parsed (each is known: unknown flows fail validation)."""
         return [FlowRef.parse(text) for text in self.flows]
+
+    def shadow_refs(self) -> list[FlowRef]:
+        """The shadow flows, parsed (validated as :attr:`flows` are)."""
+        return [FlowRef.parse(text) for text in self.shadow_flows]
 
 
 class RailsSection(BaseModel):
@@ -158,6 +168,8 @@ class RailsSection(BaseModel):
     tool_input: Annotated[RailGroup, BeforeValidator(null_is_empty)] = Field(default_factory=RailGroup)
     tool_output: Annotated[RailGroup, BeforeValidator(null_is_empty)] = Field(default_factory=RailGroup)
     config: Annotated[RailSettings, BeforeValidator(null_is_empty)] = Field(default_factory=RailSettings)
+    # How the groups' shadow_flows sample the turns (guardcache.config.shadow).
+    shadow: Annotated[ShadowSettings, BeforeValidator(null_is_empty)] = Field(default_factory=ShadowSettings)
     max_input_chars: PositiveInt = DEFAULT_MAX_INPUT_CHARS
     max_image_bytes: PositiveInt = DEFAULT_MAX_IMAGE_BYTES
     max_images: PositiveInt = DEFAULT_MAX_IMAGES
@@ -316,6 +328,14 @@ class RailsConfig(BaseModel):
                 problems.append(
                     (("rails", section, "during_main"), "only rails.input can run during the main model")
                 )
+            if group.shadow_flows:
+                problems.append(
+                    (
+                        ("rails", section, "shadow_flows"),
+                        "shadow rails judge the user's message and the answer: list them under "
+                        "rails.input.shadow_flows or rails.output.shadow_flows",
+                    )
+                )
         main = next((m for m in self.models if m.type == "main"), None)
         if self.rails.input.during_main and main is not None and main.side_effects:
             problems.append(
@@ -345,9 +365,25 @@ class RailsConfig(BaseModel):
                 seen.setdefault(ref, i)
                 if message is not None:
                     problems.append((("rails", direction, "flows", i), message))
+        for direction in ("input", "output"):
+            group = getattr(self.rails, direction)
+            live = {ref: i for i, ref in reversed(list(enumerate(group.flow_refs())))}
+            shadows: dict[FlowRef, int] = {}
+            for i, ref in enumerate(group.shadow_refs()):
+                message = self._flow_problem(direction, ref, "shadow_flows")
+                if message is None and ref in live:
+                    message = (
+                        f"flow {ref.text!r} is a live rail already (flows[{live[ref]}]); a shadow rail "
+                        "is the one being tried out: promoting it means moving it to flows"
+                    )
+                if message is None and ref in shadows:
+                    message = f"flow {ref.text!r} is already listed (shadow_flows[{shadows[ref]}])"
+                shadows.setdefault(ref, i)
+                if message is not None:
+                    problems.append((("rails", direction, "shadow_flows", i), message))
         return problems
 
-    def _flow_problem(self, direction: str, ref: FlowRef) -> str | None:
+    def _flow_problem(self, direction: str, ref: FlowRef, field: str = "flows") -> str | None:
         spec = KNOWN_FLOWS[ref.name]
         configured = ", ".join(self.model_types) or "none"
         wanted = TOOL_SECTIONS.get(direction, direction)
@@ -358,7 +394,7 @@ class RailsConfig(BaseModel):
                 f"use an {wanted} flow (e.g. content safety check {wanted} $model=...)"
             )
         if spec.direction != wanted:
-            return f"flow {ref.name!r} is an {spec.direction} rail: move it to rails.{spec.direction}.flows"
+            return f"flow {ref.name!r} is an {spec.direction} rail: move it to rails.{spec.direction}.{field}"
         for arg in spec.required_args:
             if arg not in ref.args:
                 value = "<model type>" if arg == "model" else "<value>"
@@ -463,11 +499,12 @@ class RailsConfig(BaseModel):
     def flows_on(self, model_type: str) -> list[str]:
         """The flows (as written, input first) whose checks run on the model of ``model_type``:
         what its verdict cache holds (for ``main``, the self checks that have no model of their
-        own; ``rails/caches.py`` builds ``main`` a cache only when there is one)."""
+        own; ``rails/caches.py`` builds ``main`` a cache only when there is one). Shadow flows
+        count: their verdicts are cached too, under namespaces of their own."""
         return [
             ref.text
             for group in self.rail_groups()
-            for ref in group.flow_refs()
+            for ref in (*group.flow_refs(), *group.shadow_refs())
             if self.model_type_for(ref) == model_type
         ]
 

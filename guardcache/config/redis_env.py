@@ -193,7 +193,8 @@ def redis_settings(model: ModelConfig, *, where: str | None = None) -> RedisSett
             endpoint=endpoint,
             secret=secret,
             previous_secret=previous,
-            ttl_s=float(redis_cfg.ttl),
+            # A verdict outlives cache.ttl nowhere: Redis keeps it min(cache.ttl, redis.ttl).
+            ttl_s=float(redis_cfg.ttl) if model.cache.ttl is None else min(model.cache.ttl, redis_cfg.ttl),
             key_prefix=redis_cfg.key_prefix,
             timeout_ms=float(redis_cfg.timeout_ms),
             connect_timeout_ms=float(redis_cfg.connect_timeout_ms),

@@ -9,6 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from guardcache.cache import CacheInterface
+from guardcache.cache.snapshot import Snapshotter
 from guardcache.checks.catalog import PARSERS
 from guardcache.checks.check import Check, LLMCheck
 from guardcache.checks.jailbreak_detection.check import build_classify_check
@@ -20,6 +21,7 @@ from guardcache.llm.client import ChatClient
 from guardcache.llm.wire import CHECK_LIMITS, MAIN_LIMITS
 from guardcache.rails.caches import build_caches
 from guardcache.rails.rail import Rail
+from guardcache.rails.snapshots import open_snapshots
 
 PROVIDERS = {"nim": "nim", "nvidia_ai_endpoints": "nim", "openai": "openai", "vllm_openai": "vllm"}
 
@@ -50,6 +52,8 @@ class Runtime:
     output_rails: list[Rail] = field(default_factory=list)
     tool_input_rails: list[Rail] = field(default_factory=list)  # NeMo's rails.tool_input (tool results)
     tool_output_rails: list[Rail] = field(default_factory=list)  # rails.tool_output (tool calls)
+    # Warm restarts: a started snapshotter per cache with cache.snapshot (rails/snapshots.py).
+    snapshots: list[Snapshotter] = field(default_factory=list)
 
 
 def build_check(config: RailsConfig, ref: FlowRef, runtime: Runtime) -> Check:
@@ -88,6 +92,7 @@ def build_check(config: RailsConfig, ref: FlowRef, runtime: Runtime) -> Check:
         generation=model.generation,
         settings=config.template_settings(),
         max_input_chars=limit,
+        cache_version=model.cache.version,
     )
 
 
@@ -114,6 +119,17 @@ def build_runtime(config: RailsConfig) -> Runtime:
     runtime.output_rails = _rails(config, config.rails.output, runtime)
     runtime.tool_input_rails = _rails(config, config.rails.tool_input, runtime)
     runtime.tool_output_rails = _rails(config, config.rails.tool_output, runtime)
+    # Loaded once the checks exist: a snapshot's identity is their namespaces.
+    runtime.snapshots = open_snapshots(
+        config,
+        runtime.caches,
+        [
+            *runtime.input_rails,
+            *runtime.output_rails,
+            *runtime.tool_input_rails,
+            *runtime.tool_output_rails,
+        ],
+    )
     return runtime
 
 

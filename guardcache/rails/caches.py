@@ -101,6 +101,10 @@ def cache_summary(config: RailsConfig, caches: Mapping[str, CacheInterface]) -> 
         size = f"{plan.settings.maxsize}, {plan.settings.store}"
         if plan.settings.policy != "lfu":  # the default goes unsaid, as before policies existed
             size += f", {plan.settings.policy}"
+        if plan.settings.ttl is not None:  # so are no expiry and no version
+            size += f", ttl {plan.settings.ttl:g} s"
+        if plan.settings.version is not None:
+            size += f", version {plan.settings.version!r}"
         if plan.model_type == MAIN_MODEL_TYPE:
             if plan.model_type in caches:
                 checks = ", ".join(plan.checks)
@@ -134,6 +138,7 @@ def _memory(cfg: ModelCacheConfig) -> PolicyCache:
         track_stats=cfg.stats.enabled,
         stats_logging_interval=interval,
         reporter=reporter,
+        ttl=cfg.ttl,
     )
 
 
@@ -156,7 +161,7 @@ def build_cache(model: ModelConfig, *, where: str | None = None) -> CacheInterfa
     from guardcache.checks import codec
 
     # The tier logs the LFU line and its own line together, so the L1 gets no interval of its own.
-    l1 = make_cache(cfg.policy, cfg.maxsize, track_stats=cfg.stats.enabled)
+    l1 = make_cache(cfg.policy, cfg.maxsize, track_stats=cfg.stats.enabled, ttl=cfg.ttl)
     return build_tiered_cache(
         l1,
         codec=codec,

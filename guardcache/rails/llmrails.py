@@ -18,6 +18,7 @@ from guardcache.config import RailsConfig
 from guardcache.rails.messages import Message, read_messages
 from guardcache.rails.rail import Rail
 from guardcache.rails.runner import GuardedTurn, TurnRunner, run_group
+from guardcache.rails.shadow import Rng
 from guardcache.rails.streaming import GuardedStream
 from guardcache.rails.turn import CheckResult, TurnInfo
 
@@ -32,11 +33,13 @@ class LLMRails:
     to its verdict cache: every model but ``main`` unless its ``cache: {enabled: false}``, and
     ``jailbreak_detection`` for the JailbreakDetect NIM (one INFO line at start lists them).
     ``runner`` is the :class:`TurnRunner` that runs these rails' turns (``guardcache serve`` runs
-    its turns on it directly, with messages it has read already).
+    its turns on it directly, with messages it has read already). ``shadow_rng`` is the random
+    source that samples turns for the shadow rails (``rails.input.shadow_flows``...): a seeded
+    ``random.Random`` makes which turns are judged reproducible.
     """
 
-    def __init__(self, config: RailsConfig, llm: Any | None = None) -> None:
-        self._adopt(TurnRunner(config, llm))
+    def __init__(self, config: RailsConfig, llm: Any | None = None, *, shadow_rng: Rng | None = None) -> None:
+        self._adopt(TurnRunner(config, llm, shadow_rng=shadow_rng))
 
     @classmethod
     def on_runner(cls, runner: TurnRunner) -> LLMRails:
@@ -180,7 +183,9 @@ class LLMRails:
         return self.runner.explain()
 
     async def aclose(self) -> None:
-        """Flush and close what this loop opened: shared-tier stats and connections, HTTP pools."""
+        """Flush and close what this loop opened: shared-tier stats and connections, HTTP pools,
+        after this loop's shadow samples end (waited for up to ``rails.shadow.close_timeout``, then
+        cancelled: closing never hangs on a shadow guard)."""
         await self.runner.aclose(flush=True)
 
     # -- internals -------------------------------------------------------------------------------

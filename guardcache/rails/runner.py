@@ -66,6 +66,7 @@ from guardcache.rails.caches import log_caches
 from guardcache.rails.main_llm import ClientLLM, LangChainLLM, MainLLM, StreamTotals
 from guardcache.rails.messages import Message, history, last_index, message_text
 from guardcache.rails.rail import Rail
+from guardcache.rails.shadow import Rng, ShadowRails
 from guardcache.rails.speculation import abandon, run_with_early_start
 from guardcache.rails.tools import MALFORMED, TOOL_CALL_FORMAT, call_texts, tool_names, tool_results
 from guardcache.rails.turn import REFUSAL, CheckResult, TurnInfo
@@ -90,9 +91,11 @@ class TurnRunner:
         model_caches: each guard model type's verdict cache (the runtime's dict).
         main: the main model, or None.
         last: the last turn finished (what :meth:`explain` returns), or None.
+        shadow: the shadow rails (``guardcache.rails.shadow``), or None when the config has none;
+            ``shadow_rng`` is their sampling's random source (a seeded one makes a test exact).
     """
 
-    def __init__(self, config: RailsConfig, llm: Any | None = None) -> None:
+    def __init__(self, config: RailsConfig, llm: Any | None = None, *, shadow_rng: Rng | None = None) -> None:
         self.config = config
         # An api_key_env_var naming an unset or empty variable stops here, not as a 401 on a turn.
         check_model_keys(config.models, config.source, skip=("main",) if llm is not None else ())
@@ -103,6 +106,7 @@ class TurnRunner:
         self.runtime = build_runtime(config)
         self.model_caches: dict[str, CacheInterface] = self.runtime.caches
         log_caches(config, self.model_caches)
+        self.shadow: ShadowRails | None = ShadowRails.build(config, self.runtime, shadow_rng)
         self.main: MainLLM | None = None
         if llm is not None:
             if config.rails.input.during_main and _binds_tools(llm):
@@ -204,7 +208,16 @@ class TurnRunner:
     async def aclose(self, *, flush: bool = True) -> None:
         """Close what the running event loop opened for these rails: the Redis tier's connections
         (after flushing its stats when ``flush``) and the HTTP pools. A blocking API's short-lived
-        loop closes them without flushing (otherwise only the garbage collector frees them)."""
+        loop closes them without flushing (otherwise only the garbage collector frees them).
+        This loop's shadow samples end first (drained within ``rails.shadow.close_timeout`` when
+        ``flush``, else cancelled: a blocking call's loop is about to end), before their clients close.
+        With ``flush`` (a graceful stop) each cache's snapshot (``cache.snapshot``) is written a last
+        time and its schedule ends."""
+        if self.shadow is not None:
+            await self.shadow.aclose(drain=flush)
+        if flush:  # a graceful stop: each snapshot written one last time (off the loop's thread)
+            for snapshotter in self.runtime.snapshots:
+                await asyncio.to_thread(snapshotter.close)
         for cache in self.model_caches.values():
             close = getattr(cache, "aclose", None)  # the Redis tier: its connections are per loop
             if close is not None:
@@ -223,6 +236,9 @@ class GuardedTurn:
             when a piece can reach the user before the answer ends (``TurnRunner.pieces_before_end``):
             an answer the output rails check whole is sent in one piece after its check either way,
             and a plain call spares reading it event by event.
+        defer_shadow: the caller starts the turn's shadow sample itself (:meth:`start_shadow`), once
+            the reply is delivered (``guardcache serve``: after the response is sent); by default it
+            starts when the turn ends.
 
     Raises ``ValueError`` without a user message and ``ConfigError`` without a main model, at once.
 
@@ -242,8 +258,11 @@ class GuardedTurn:
     """
 
     __slots__ = (
+        "_answer",
         "_calls",
         "_calls_cut",
+        "_defer_shadow",
+        "_ended",
         "_messages",
         "_params",
         "_runner",
@@ -267,6 +286,7 @@ class GuardedTurn:
         params: Mapping[str, Any] | None = None,
         *,
         stream_main: bool | None = False,
+        defer_shadow: bool = False,
     ) -> None:
         user_at = last_index(messages, "user")
         if user_at is None:
@@ -296,6 +316,10 @@ class GuardedTurn:
         self._calls: tuple[Any, ...] = ()  # the main model's tool calls, as it sent them
         self._calls_cut: str | None = None  # why they are incomplete (a stream that broke)
         self.tool_calls: tuple[dict[str, Any], ...] = ()  # the calls the rails let through
+        # The main model's whole answer, kept only for shadow output rails (None: none, or not kept).
+        self._answer: str | None = None
+        self._defer_shadow = defer_shadow
+        self._ended = False  # the turn ran to its end (answered or refused): it may be sampled
 
     @property
     def allowed(self) -> bool:
@@ -322,6 +346,20 @@ class GuardedTurn:
                 await self._run()
             finally:
                 runner.last = self.turn
+        self._ended = True
+        if runner.shadow is not None and not self._defer_shadow:
+            self.start_shadow()
+
+    def start_shadow(self) -> bool:
+        """Offer this turn, once it ended, to the shadow rails (``guardcache.rails.shadow``): a
+        sampled turn is judged in a task of its own that nobody awaits; True when one started.
+        Called by :meth:`run` itself unless the turn was made with ``defer_shadow``; a turn that
+        ended with an error, or a config without shadow rails, starts nothing."""
+        shadow = self._runner.shadow
+        if shadow is None or not self._ended:
+            return False
+        self._ended = False  # once
+        return shadow.offer(self._variables, self._answer, self.turn)
 
     # -- the turn --------------------------------------------------------------------------------
 
@@ -415,6 +453,8 @@ class GuardedTurn:
 
     async def _check_whole(self, content: str, inputs: list[RailResult], outputs: list[RailResult]) -> None:
         runner = self._runner
+        if content or not (self._calls or self._calls_cut):  # tool calls alone: no answer text
+            self._answer = content  # the whole answer, judged or not: what shadow output rails judge
         if self._calls or self._calls_cut:  # the answer calls tools: its text (if any), then each call
             if content:
                 outputs += await run_group(
@@ -567,6 +607,11 @@ class GuardedTurn:
         assert main is not None
         totals = StreamTotals()
         started = time.monotonic()
+        shadow = self._runner.shadow
+        kept: list[str] | None = None
+        if shadow is not None and shadow.outputs:  # keep the answer for the shadow output rails
+            kept = []
+            each = _tee(each, kept.append)
         try:
             async for delta in main.stream(self._messages, totals, **self._params):
                 each(delta)
@@ -579,6 +624,9 @@ class GuardedTurn:
             # The stream broke inside a tool call: nothing of it was sent, and it cannot be
             # judged whole, so the turn is blocked (never passed on, never an unchecked half).
             self._calls_cut = f"the main model's stream ended inside a tool call ({type(exc).__name__})"
+            kept = None
+        if kept is not None:
+            self._answer = "".join(kept)
         self._calls = totals.tool_calls
         usage = totals.usage or Usage(model=getattr(main, "model_name", None))
         record_call(
@@ -671,6 +719,16 @@ async def _drain(buffer: asyncio.Queue[str | _End]) -> AsyncIterator[str]:
                 raise item.error
             return
         yield item
+
+
+def _tee(each: Callable[[str], object], keep: Callable[[str], object]) -> Callable[[str], object]:
+    """``each``, with every delta also handed to ``keep``."""
+
+    def both(delta: str) -> None:
+        keep(delta)
+        each(delta)
+
+    return both
 
 
 def _record_cancelled(started: float) -> None:

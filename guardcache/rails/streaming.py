@@ -40,8 +40,9 @@ class GuardedStream(GuardedTurn):
         params: Mapping[str, Any] | None = None,
         *,
         stream_main: bool | None = True,
+        defer_shadow: bool = False,
     ) -> None:
-        super().__init__(runner, messages, params, stream_main=stream_main)
+        super().__init__(runner, messages, params, stream_main=stream_main, defer_shadow=defer_shadow)
         # The pieces for the reader, then None (the end). Made when iteration starts.
         self._queue: asyncio.Queue[str | None] | None = None
         self._task: asyncio.Task[None] | None = None

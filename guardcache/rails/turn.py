@@ -91,6 +91,34 @@ class CheckResult(NamedTuple):
         return PASSED_NO_VERDICT if no_verdict else ALLOWED
 
 
+class ShadowResult(NamedTuple):
+    """A shadow rail's judgement of a sampled turn, beside what the live rails decided
+    (``guardcache.rails.shadow``). It decided nothing: the turn was answered before it ran.
+
+    ``live`` and ``shadow`` are :data:`SHADOW_LABELS`: ``allowed``, ``blocked`` (a verdict),
+    ``error`` (no verdict: an outage, an unreadable answer, a text the guard cannot judge); ``live``
+    may also be ``none`` (no live rail judged that text). ``compared_with`` names what ``live`` is:
+    the live rail of the same flow when it ran, else the direction's rails together.
+    ``result`` is the shadow rail's own result (categories, ``from_cache``, ``error``).
+    """
+
+    flow: str
+    direction: str
+    live: str
+    shadow: str
+    compared_with: str
+    result: RailResult
+
+    @property
+    def agrees(self) -> bool:
+        """Whether the shadow rail decided as the live rails did."""
+        return self.live == self.shadow
+
+
+#: The values of ``ShadowResult.live`` / ``.shadow`` (and the labels of ``guardcache_shadow_total``).
+SHADOW_LABELS = ("allowed", "blocked", "error", "none")
+
+
 def _flows_without_verdict(checks: CheckResult) -> tuple[str, ...]:
     flows: dict[str, None] = {}
     for r in (*checks.input, *checks.output):
@@ -100,16 +128,21 @@ def _flows_without_verdict(checks: CheckResult) -> tuple[str, ...]:
 
 
 class TurnInfo:
-    """One turn: every LLM call made or served from a cache, and each rail's result."""
+    """One turn: every LLM call made or served from a cache, and each rail's result.
 
-    __slots__ = ("checks", "explain")
+    ``shadow``: the results of the shadow rails that judged this turn (a sampled turn), added as
+    each finishes, after the turn was answered: empty until then, and for turns not sampled."""
+
+    __slots__ = ("checks", "explain", "shadow")
 
     def __init__(self, explain: ExplainInfo | None = None, checks: CheckResult | None = None) -> None:
         self.explain = ExplainInfo() if explain is None else explain
         self.checks = CheckResult() if checks is None else checks
+        self.shadow: tuple[ShadowResult, ...] = ()
 
     def __repr__(self) -> str:
-        return f"TurnInfo(explain={self.explain!r}, checks={self.checks!r})"
+        shadow = f", shadow={self.shadow!r}" if self.shadow else ""
+        return f"TurnInfo(explain={self.explain!r}, checks={self.checks!r}{shadow})"
 
     @property
     def no_verdict(self) -> tuple[str, ...]:
@@ -158,6 +191,9 @@ class TurnInfo:
             lines.append(f"  rail {r.flow}{kind}: {state}{cats}{err}")
         if self.checks.outcome != ALLOWED:
             lines.append(f"  outcome: {self.checks.outcome}")
+        for s in self.shadow:
+            err = f" [no verdict: {s.result.error}]" if s.result.error is not None else ""
+            lines.append(f"  shadow rail {s.flow}: {s.shadow} (live: {s.live}, {s.compared_with}){err}")
         return "\n".join(lines)
 
 
@@ -169,7 +205,9 @@ __all__ = [
     "OUTCOMES",
     "PASSED_NO_VERDICT",
     "REFUSAL",
+    "SHADOW_LABELS",
     "VERDICT",
     "CheckResult",
+    "ShadowResult",
     "TurnInfo",
 ]

@@ -38,6 +38,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from guardcache import tracing
 from guardcache.llm.cancel import CancelAfter
 from guardcache.rails.llmrails import LLMRails
+from guardcache.server.admin import ADMIN_CLEAR_PATH, CacheClearing
 from guardcache.server.body_routes import BODY_ROUTES, CHAT_PATH, CHECKS_PATH, LITELLM_PATH, RESPONSES_PATH
 from guardcache.server.checks_api import ChecksHandler
 from guardcache.server.ids import new_id
@@ -108,6 +109,7 @@ class OperationsMiddleware:
         chat: BodyHandler | None = None,
         *,
         routes: Mapping[str, BodyHandler] | None = None,
+        admin_key: str | None = None,
     ) -> None:
         self.app = app
         self.routes: dict[str, BodyHandler] = dict(routes or {})
@@ -120,6 +122,8 @@ class OperationsMiddleware:
         self.auth = f"Bearer {state.api_key}".encode() if state.api_key else None
         # LiteLLM's Generic Guardrail API sends its configured key as ``x-api-key``.
         self.key = state.api_key.encode() if state.api_key else None
+        # The admin route (server/admin.py) takes its own key, and only that one.
+        self.admin_auth = f"Bearer {admin_key}".encode() if admin_key else None
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -147,7 +151,18 @@ class OperationsMiddleware:
         try:
             path: str = scope["path"]
             handler = self.routes.get(path)
-            if (
+            if path == ADMIN_CLEAR_PATH and handler is not None:
+                if authorization is None or not hmac.compare_digest(authorization, self.admin_auth or b""):
+                    self.state.metrics.reject("auth")
+                    refusal = RequestError(
+                        "Incorrect or missing admin key: send 'Authorization: Bearer <admin key>'.",
+                        status=401,
+                        code="invalid_admin_key",
+                        headers={"WWW-Authenticate": "Bearer"},
+                    )
+                    await _refuse(send_with_id, refusal, scope, receive)
+                    return
+            elif (
                 self.auth is not None
                 and (handler is not None or path.startswith("/v1/"))
                 and not self._authorized(authorization, api_key)
@@ -313,10 +328,17 @@ def create_app(
     }
     if tuple(body_routes) != BODY_ROUTES:  # one list of body routes (server/body_routes.py)
         raise RuntimeError(f"body routes {list(body_routes)} differ from BODY_ROUTES {list(BODY_ROUTES)}")
+    admin_key = settings.admin_key()
+    clearing = CacheClearing(state, settings.runtime_dir) if admin_key else None
+    served_routes = dict(body_routes)
+    if clearing is not None:  # with every limit of a body route (the middleware serves it)
+        served_routes[ADMIN_CLEAR_PATH] = clearing.handle
 
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
         await state.start()
+        if clearing is not None:
+            await clearing.start()
         if own_process:
             gc.collect()
             gc.freeze()
@@ -326,6 +348,8 @@ def create_app(
             ", ".join(f"{k} ({v})" for k, v in state.main_models.items()),
         )
         yield
+        if clearing is not None:
+            await clearing.stop()
         await state.stop()
 
     routes = [
@@ -343,7 +367,7 @@ def create_app(
     ]
     app = Starlette(routes=routes, lifespan=lifespan, exception_handlers={404: _not_found, 405: _not_allowed})
     app.state.guardcache = state
-    return OperationsMiddleware(app, state, routes=body_routes)
+    return OperationsMiddleware(app, state, routes=served_routes, admin_key=admin_key)
 
 
 def _through_router(handler: BodyHandler, state: ServerState) -> Callable[[Any], Awaitable[ASGIApp]]:

@@ -6,6 +6,9 @@ served with fewer of them, and the tests read this list to prove each limit per 
 (``tests/integration/test_serve_limits.py``). ``create_app`` refuses to start when its handlers and
 this list differ. A new body route is a path here, a handler in ``create_app``, and an example body
 in that test.
+
+``POST /admin/cache/clear`` (``server/admin.py``) is served by the same middleware with the same
+body limits but is not listed: it exists only with ``--admin-key-env`` and takes its own key.
 """
 
 from __future__ import annotations

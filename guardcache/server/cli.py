@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import argparse
 import os
+import shutil
 import sys
+import tempfile
 from collections.abc import Callable
 
 from guardcache.errors import ConfigError
@@ -47,6 +49,13 @@ def register(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         "--api-key-env",
         metavar="VAR",
         help="require clients to send 'Authorization: Bearer <key>' with the key held in env var VAR",
+    )
+    p.add_argument(
+        "--admin-key-env",
+        metavar="NAME",
+        help="serve POST /admin/cache/clear (empties the verdict caches of every worker) to "
+        "'Authorization: Bearer <key>' with the key held in env var NAME; without it the route "
+        "is not there",
     )
     p.add_argument(
         "--max-body-bytes", type=int, default=1 << 20, help="larger request bodies get 413 (default 1 MiB)"
@@ -161,6 +170,19 @@ def _positive(kind: type[int] | type[float]) -> Callable[[str], float]:
 
 
 def run(args: argparse.Namespace) -> int:
+    """The server; with ``--admin-key-env``, in a private runtime folder its workers share (the
+    admin route's clears: ``server/admin.py``), removed when it stops."""
+    admin_env = getattr(args, "admin_key_env", None)
+    if admin_env is None:
+        return _serve(args, None)
+    runtime = tempfile.mkdtemp(prefix="guardcache-serve-")  # mode 0700: this user's only
+    try:
+        return _serve(args, runtime)
+    finally:
+        shutil.rmtree(runtime, ignore_errors=True)
+
+
+def _serve(args: argparse.Namespace, runtime_dir: str | None) -> int:
     import uvicorn
 
     from guardcache.config.models import check_model_keys
@@ -190,6 +212,8 @@ def run(args: argparse.Namespace) -> int:
         ready_retry=args.ready_retry,
         ready_timeout=args.ready_timeout,
         ready_main=args.ready_main,
+        admin_key_env=getattr(args, "admin_key_env", None),
+        runtime_dir=runtime_dir,
     )
     configure_logging(level)
     common: dict[str, object] = {
@@ -216,6 +240,7 @@ def run(args: argparse.Namespace) -> int:
             uvicorn.run(app, **common)  # type: ignore[arg-type]
             return 0
         settings.api_key()  # fail here, not in every worker
+        settings.admin_key()
         for config in load_configs(settings.config).values():
             check_model_keys(config.models, config.source)
     except ConfigError as exc:

@@ -28,6 +28,7 @@ from prometheus_client.registry import Collector
 from prometheus_client.utils import floatToGoString
 
 from guardcache.cache import CacheInterface
+from guardcache.rails.shadow import ShadowRails
 from guardcache.rails.turn import ALLOWED, BLOCKED_NO_VERDICT, BLOCKED_VERDICT, PASSED_NO_VERDICT
 
 #: metric name (``guardcache_cache_<name>_total``) -> (key of ``get_stats()``, help)
@@ -38,6 +39,10 @@ CACHE_COUNTERS = {
     "evictions": ("evictions", "Entries evicted to make room."),
     "puts": ("puts", "Entries stored."),
     "updates": ("updates", "Stored entries replaced."),
+    "expirations": (
+        "expirations",
+        "Entries found older than cache.ttl and dropped (each such lookup was also a miss).",
+    ),
     "load_success": ("load_success", "Computations on a miss that produced a value (stored)."),
     "load_failure": (
         "load_failure",
@@ -138,6 +143,49 @@ class CacheCollector(Collector):
             yield circuit
         if connecting.samples:
             yield connecting
+
+
+class ShadowCollector(Collector):
+    """Reads each config's shadow rails' counts at scrape time (``ShadowRails.stats()``): a shadow
+    judgement ends after its turn was observed, so it is counted where it ends, once, and read."""
+
+    def __init__(self, shadows: Callable[[], Mapping[str, ShadowRails | None]]) -> None:
+        self._shadows = shadows  # config id -> its shadow rails (None: the config has none)
+
+    def collect(self) -> Iterator[Metric]:
+        agreement = CounterMetricFamily(
+            "guardcache_shadow",
+            "Shadow rail judgements of sampled turns, by shadow rail and by what the live rails "
+            "(live) and the shadow rail (shadow) decided: allowed, blocked, error (no verdict); "
+            "live=none when no live rail judged that text.",
+            labels=["config", "rail", "live", "shadow"],
+        )
+        sampled = CounterMetricFamily(
+            "guardcache_shadow_sampled",
+            "Turns sampled for the shadow rails whose judgements started.",
+            labels=["config"],
+        )
+        dropped = CounterMetricFamily(
+            "guardcache_shadow_dropped",
+            "Sampled turns the shadow rails did not judge (to the end), by reason: limit (max_concurrency "
+            "samples were under way: dropped, never queued), closed (the rails closed first).",
+            labels=["config", "reason"],
+        )
+        in_flight = GaugeMetricFamily(
+            "guardcache_shadow_in_flight", "Shadow samples under way.", labels=["config"]
+        )
+        for config_id, shadow in self._shadows().items():
+            if shadow is None:
+                continue
+            stats = shadow.stats()
+            sampled.add_metric([config_id], stats.sampled)
+            in_flight.add_metric([config_id], stats.in_flight)
+            for reason, count in stats.dropped.items():
+                dropped.add_metric([config_id, reason], count)
+            for (rail, live, judged), count in stats.agreement.items():
+                agreement.add_metric([config_id, rail, live, judged], count)
+        if sampled.samples:
+            yield from (agreement, sampled, dropped, in_flight)
 
 
 def _fields(stats: Any) -> dict[str, Any]:
@@ -255,9 +303,11 @@ class ServerMetrics:
         self,
         caches: Callable[[], Mapping[str, Mapping[str, CacheInterface]]],
         in_flight: Callable[[], int] = lambda: 0,
+        shadows: Callable[[], Mapping[str, ShadowRails | None]] = dict,
     ) -> None:
         self.registry = CollectorRegistry()
         self.registry.register(CacheCollector(caches))
+        self.registry.register(ShadowCollector(shadows))
         self.checks = _Family(
             "counter",
             "guardcache_checks",
@@ -385,4 +435,4 @@ class ServerMetrics:
         self.rejected.inc((reason,))
 
 
-__all__ = ["CacheCollector", "ServerMetrics", "count_connection_refusal"]
+__all__ = ["CacheCollector", "ServerMetrics", "ShadowCollector", "count_connection_refusal"]

@@ -11,7 +11,7 @@ the client leaving (a callback from guardcache's HTTP protocol; elsewhere one pl
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Callable, Mapping
 from typing import Any
 
 from starlette.types import Message, Receive, Scope, Send
@@ -30,14 +30,18 @@ def _raw(headers: Mapping[str, str] | None) -> list[RawHeader]:
 
 class JSONResponse:
     """Compact UTF-8 JSON (``dumps_body``: orjson when installed, the same bytes without it); any
-    ASGI callable is a Starlette response, so other routes return it too."""
+    ASGI callable is a Starlette response, so other routes return it too.
 
-    __slots__ = ("body", "headers", "status_code")
+    ``after``: called once the whole response is sent (the chat route starts the turn's shadow
+    sample there, so a shadow rail's work never runs before the answer is out)."""
+
+    __slots__ = ("after", "body", "headers", "status_code")
 
     def __init__(self, body: Any, status: int = 200, headers: Mapping[str, str] | None = None) -> None:
         self.body = dumps_body(body)
         self.status_code = status
         self.headers = headers
+        self.after: Callable[[], object] | None = None
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         await self.write(send, receive)
@@ -49,6 +53,8 @@ class JSONResponse:
         raw += _raw(self.headers)
         await send({"type": "http.response.start", "status": self.status_code, "headers": raw})
         await send({"type": "http.response.body", "body": body})
+        if self.after is not None:
+            self.after()
 
 
 class LastEvent(bytes):

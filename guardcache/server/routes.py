@@ -88,8 +88,9 @@ class Handlers:
         runner = state.rails[config_id].runner
         model = state.main_models[config_id]
         if not chat.stream:
-            # The whole turn in this task, the main model called plainly: no task, no queue.
-            turn = GuardedTurn(runner, chat.messages, chat.params)
+            # The whole turn in this task, the main model called plainly: no task, no queue. Its
+            # shadow sample (if any) starts once the response is sent.
+            turn = GuardedTurn(runner, chat.messages, chat.params, defer_shadow=True)
             try:
                 text = await turn.complete()
             except BaseException as exc:
@@ -105,9 +106,12 @@ class Handlers:
                 _extension(turn, config_id, no_verdict),
                 turn.tool_calls,
             )
-            return json_response(body, headers=_headers(turn, no_verdict))
+            response = json_response(body, headers=_headers(turn, no_verdict))
+            if runner.shadow is not None:
+                response.after = turn.start_shadow
+            return response
         # The main model's stream is read only when its pieces can go out before the end.
-        stream = GuardedStream(runner, chat.messages, chat.params, stream_main=None)
+        stream = GuardedStream(runner, chat.messages, chat.params, stream_main=None, defer_shadow=True)
         try:
             first = await _first(stream)
         except BaseException as exc:
@@ -156,6 +160,8 @@ class Handlers:
             await stream.aclose()
             if outcome is None:  # closed before its end: the client left (or the server stopped)
                 outcome = "client_left"
+            elif outcome != "main_error":  # the last event is sent: a sampled turn's shadow rails
+                stream.start_shadow()
             first_at = stream.first_piece_at
             self.state.metrics.observe_turn(
                 config_id,

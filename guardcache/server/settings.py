@@ -58,6 +58,10 @@ class ServeSettings:
         ready_main: how the main model is probed: ``completion`` (a 1-token completion, the
             default: every server supports it), ``models`` (``GET {base_url}/models`` must list
             it), or ``off``.
+        admin_key_env: the environment variable holding the key of ``POST /admin/cache/clear``
+            (``server/admin.py``); None: no admin route (404).
+        runtime_dir: the server's private folder its workers share (the admin route's clears),
+            made by ``guardcache serve``; None: this process only.
 
     The limits on slow and huge clients have defaults a user never needs to touch: they are far
     beyond what any OpenAI client sends and short enough that a client holding connections open
@@ -85,6 +89,8 @@ class ServeSettings:
     ready_retry: float = 1.0
     ready_timeout: float = 10.0
     ready_main: str = "completion"
+    admin_key_env: str | None = None
+    runtime_dir: str | None = None
 
     def to_json(self) -> str:
         return json.dumps(dataclasses.asdict(self))
@@ -107,6 +113,15 @@ class ServeSettings:
         key = os.environ.get(self.api_key_env, "").strip()
         if not key:
             raise ConfigError(f"--api-key-env {self.api_key_env}: the variable is unset or empty")
+        return key
+
+    def admin_key(self) -> str | None:
+        """The admin route's key, read from the environment (as the client key)."""
+        if self.admin_key_env is None:
+            return None
+        key = os.environ.get(self.admin_key_env, "").strip()
+        if not key:
+            raise ConfigError(f"--admin-key-env {self.admin_key_env}: the variable is unset or empty")
         return key
 
 

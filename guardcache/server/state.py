@@ -14,6 +14,7 @@ from collections.abc import Mapping
 from guardcache.cache import CacheInterface
 from guardcache.errors import ConfigError
 from guardcache.rails.llmrails import LLMRails
+from guardcache.rails.shadow import ShadowRails
 from guardcache.server.metrics import ServerMetrics
 from guardcache.server.protocol import RequestError
 from guardcache.server.readiness import Readiness
@@ -37,7 +38,7 @@ class ServerState:
                 )
             self.main_models[config_id] = r.config.model("main").model
         self.in_flight = 0
-        self.metrics = ServerMetrics(self.caches, lambda: self.in_flight)
+        self.metrics = ServerMetrics(self.caches, lambda: self.in_flight, self.shadows)
         self.api_key = settings.api_key()
         self.created = int(time.time())
         self.warmed = False
@@ -52,6 +53,9 @@ class ServerState:
 
     def caches(self) -> dict[str, dict[str, CacheInterface]]:
         return {config_id: r.model_caches for config_id, r in self.rails.items()}
+
+    def shadows(self) -> dict[str, ShadowRails | None]:
+        return {config_id: r.runner.shadow for config_id, r in self.rails.items()}
 
     def select(self, config_id: str | None, model: str | None) -> str:
         """The config a request goes to (docs/serving.md: ``config_id``, else the only config, else

@@ -87,14 +87,22 @@ async def test_clear_one_model_keeps_the_others(
 
     code, out, _ = cli(capsys, "clear", "--config", str(config), "--model", "content_safety", "--json")
     assert code == 0
-    assert json.loads(out)["total"] == 1201  # 1200 verdicts + the counters hash
+    report = json.loads(out)
+    assert report["total"] == 1201  # 1200 verdicts + the counters hash
+    cs_scope, tc_scope = (model_scope(kind, name) for kind, name in MODELS.items())
+    assert list(report["replicas_told"].values()) == [[cs_scope]]
     client = redis_server.client()
-    assert len(list(client.scan_iter(match=f"{PREFIX}:content_safety:*"))) == 0
+    # what is left of the model: its clear token, which its replicas read to drop their L1s
+    assert list(client.scan_iter(match=f"{PREFIX}:content_safety:*")) == [
+        f"{PREFIX}:{cs_scope}:cleared".encode()
+    ]
     assert len(list(client.scan_iter(match=f"{PREFIX}:topic_control:*"))) == 6
 
     code, out, _ = cli(capsys, "clear", "--config", str(config), "--all")
-    assert code == 0 and "deleted 6 keys" in out
-    assert list(client.scan_iter(match=f"{PREFIX}:*")) == []
+    assert code == 0 and "deleted 6 keys" in out and f"{cs_scope}, {tc_scope}" in out
+    assert sorted(client.scan_iter(match=f"{PREFIX}:*")) == [
+        f"{PREFIX}:{scope}:cleared".encode() for scope in (cs_scope, tc_scope)
+    ]
     assert client.get("unrelated:key") == b"x"  # never outside the prefix
 
 

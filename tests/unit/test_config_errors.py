@@ -115,6 +115,26 @@ def test_the_good_config_loads() -> None:
             id="log-interval-zero",
         ),
         pytest.param(
+            edit("store: memory", "store: memory\n      ttl: 0"),
+            "config.yml: models[1].cache.ttl: must be greater than 0 (got 0)",
+            id="ttl-zero",
+        ),
+        pytest.param(
+            edit("store: memory", "store: memory\n      ttl: -30"),
+            "config.yml: models[1].cache.ttl: must be greater than 0 (got -30)",
+            id="ttl-negative",
+        ),
+        pytest.param(
+            edit("store: memory", "store: memory\n      ttl: an hour"),
+            "config.yml: models[1].cache.ttl: expected a number (got 'an hour')",
+            id="ttl-word",
+        ),
+        pytest.param(
+            edit("store: memory", "store: memory\n      version: ''"),
+            "config.yml: models[1].cache.version: must not be empty (got '')",
+            id="version-empty",
+        ),
+        pytest.param(
             edit("check input $model=content_safety", "check input $model=content_safty"),
             "config.yml: rails.input.flows[0]: flow 'content safety check input' names model type "
             "'content_safty', which is not configured (configured: main, content_safety)",

@@ -20,6 +20,7 @@ from guardcache.checks.check import (
     in_cache,
     run_cached,
 )
+from guardcache.checks.jailbreak_detection.flows import MODEL_TYPE
 from guardcache.checks.verdict import CachedCheck, Verdict
 from guardcache.config import RailsConfig
 from guardcache.config.parameters import validate_base_url
@@ -58,6 +59,7 @@ class ClassifyCheck:
         cache: CacheInterface | None,
         max_input_chars: int,
         parser: Callable[[str], Verdict],
+        cache_version: str | None = None,
     ) -> None:
         self.spec = spec
         self.task = spec.name
@@ -65,7 +67,9 @@ class ClassifyCheck:
         self.cache = cache
         self.parser = parser
         self.texts = TurnTexts(spec.variables, max_input_chars)
-        self.namespace = Namespace.of("jailbreak_detection", client.url, "", {"~flow": spec.name})
+        self.namespace = Namespace.of(
+            "jailbreak_detection", client.url, "", {"~flow": spec.name}, version=cache_version
+        )
 
     async def _call(self, text: str, deadline: float | None) -> CachedCheck:
         result = await self.client.classify(text, deadline)
@@ -101,8 +105,15 @@ def build_classify_check(
             f"{config.source or '<config>'}: rails.config.jailbreak_detection.nim_base_url is not set"
         )
     client = ClassifyClient(url, api_key=settings.api_key())
+    # A jailbreak_detection model entry, when there is one, holds the NIM's cache settings.
+    entry = next((m for m in config.models if m.type == MODEL_TYPE), None)
     return ClassifyCheck(
-        spec=spec, client=client, cache=cache, max_input_chars=max_input_chars, parser=parser
+        spec=spec,
+        client=client,
+        cache=cache,
+        max_input_chars=max_input_chars,
+        parser=parser,
+        cache_version=entry.cache.version if entry is not None else None,
     )
 
 
