@@ -59,6 +59,11 @@ class LFUPolicy(Slots):
 
     def touch(self, i: int) -> None:
         """Count an access of slot ``i``: move it to the front of the next frequency group."""
+        self.touch_at(i, _clock())
+
+    def touch_at(self, i: int, now: float) -> None:
+        """:meth:`touch` with the clock already read (``now``): an expiring ``get`` reads it once,
+        for the entry's age and its access stamp."""
         freq, oldest, prv, nxt = self.freq, self.oldest, self.prev, self.next
         f = freq[i]
         t = oldest[f]
@@ -82,7 +87,7 @@ class LFUPolicy(Slots):
         if g not in oldest:
             oldest[g] = i
         freq[i] = g
-        self.accessed[i] = _clock()
+        self.accessed[i] = now
 
     def remove(self, key: Hashable) -> bool:
         """Unlink ``key`` and free its slot (not an eviction)."""

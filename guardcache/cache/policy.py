@@ -25,6 +25,7 @@ What a policy owes the cache (all of it under the cache's lock, which the hot pa
   (an update is an access), evicting to stay within ``maxsize``, or refusing the new entry at once
   (an admission policy may: that counts as a put and an eviction);
 - ``touch(slot)``: an access that did not come through ``hot.get`` (the single flight's hits);
+  ``touch_at(slot, now)``: the same with the clock already read (an expiring ``get``'s hits);
 - ``remove(key)``: delete, not an eviction; ``reset()``: drop every entry (the cache counts them);
 - ``frequency(slot)``: what the policy knows of the entry's popularity, for ``entry()``;
 - ``eviction_order()``: keys from the next victim to the safest, for tests and debugging;
@@ -94,6 +95,11 @@ class EvictionPolicy(Protocol):
 
     def touch(self, i: int) -> None:
         """Count an access of slot ``i`` (a hit that did not go through ``hot.get``)."""
+        ...
+
+    def touch_at(self, i: int, now: float) -> None:
+        """:meth:`touch` at ``now`` (on :data:`~guardcache.cache.slots.clock`'s scale), read by the
+        caller: an expiring ``get`` (:mod:`~guardcache.cache.expiry`) reads the clock once."""
         ...
 
     def remove(self, key: Hashable) -> bool:

@@ -84,6 +84,7 @@ class Sizes(NamedTuple):
 class _Paths(NamedTuple):
     hot: HotPaths
     touch: Callable[[int], None]
+    touch_at: Callable[[int, float], None]
     remove: Callable[[Hashable], bool]
     reset: Callable[[], None]
     sizes: Callable[[], Sizes]
@@ -143,6 +144,9 @@ class TinyLFUPolicy(Slots):
 
     def touch(self, i: int) -> None:
         self._paths.touch(i)
+
+    def touch_at(self, i: int, now: float) -> None:
+        self._paths.touch_at(i, now)
 
     def remove(self, key: Hashable) -> bool:
         return self._paths.remove(key)
@@ -261,8 +265,9 @@ def _paths(s: TinyLFUPolicy, lock: threading.RLock) -> _Paths:
         to_probation(d)
         protected -= 1
 
-    def access(i: int) -> None:
-        """A hit on slot ``i`` that did not come through ``get`` (the same moves, unrolled there)."""
+    def access(i: int, now: float) -> None:
+        """A hit on slot ``i`` at ``now`` that did not come through ``get`` (the same moves,
+        unrolled there)."""
         nonlocal protected
         f = freq[i]
         if f < CAP:
@@ -277,7 +282,7 @@ def _paths(s: TinyLFUPolicy, lock: threading.RLock) -> _Paths:
         elif prv[q] != i:
             unlink(i)
             link(i, q)
-        accessed[i] = _clock()
+        accessed[i] = now
 
     def get(key: Hashable, default: Any = None) -> Any:
         nonlocal hits, misses, protected
@@ -364,8 +369,9 @@ def _paths(s: TinyLFUPolicy, lock: threading.RLock) -> _Paths:
             if i is not None:
                 values[i] = value
                 updates += 1
-                access(i)
-                created[i] = accessed[i]  # type: ignore[assignment]  # access() just set it
+                now = _clock()
+                access(i, now)
+                created[i] = now
                 return
             now = _clock()
             if sized:  # FrequencySketch.increment(spread(key)), inlined
@@ -532,7 +538,12 @@ def _paths(s: TinyLFUPolicy, lock: threading.RLock) -> _Paths:
     def touch(i: int) -> None:
         nonlocal touches
         touches += 1
-        access(i)
+        access(i, _clock())
+
+    def touch_at(i: int, now: float) -> None:
+        nonlocal touches
+        touches += 1
+        access(i, now)
 
     def remove(key: Hashable) -> bool:
         nonlocal window, protected
@@ -679,7 +690,7 @@ def _paths(s: TinyLFUPolicy, lock: threading.RLock) -> _Paths:
         return len(index)
 
     hot = HotPaths(get, put if maxsize else put_nothing, counts)
-    return _Paths(hot, touch, remove, reset, sizes, export_state, restore_state)
+    return _Paths(hot, touch, touch_at, remove, reset, sizes, export_state, restore_state)
 
 
 class TinyLFUCache(PolicyCache):
