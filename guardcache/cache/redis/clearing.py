@@ -191,8 +191,11 @@ class ClearWatch:
         return True
 
     async def _watch(self) -> None:
+        task = asyncio.current_task()
         while True:
             await self.poll()
+            if task is not None and task.cancelling():  # a cancel that surfaced as something else
+                raise asyncio.CancelledError
             await asyncio.sleep(self.interval)
 
     async def stop(self) -> None:

@@ -283,11 +283,14 @@ class StallTolerantTimeout:
     ) -> None:
         if self._handle is not None:
             self._handle.cancel()
+        # Our cancel is taken back whatever it surfaced as (uncancel() comes before the type test,
+        # as in asyncio.timeout): redis-py may turn it into a ConnectionError on its way out, and
+        # a cancel left counted would read as the caller's own later (RedisStore._run: cancelled).
         if (
             self._expired
-            and exc_type is asyncio.CancelledError
             and self._task is not None
             and self._task.uncancel() <= self._cancelling
+            and exc_type is asyncio.CancelledError
         ):
             raise TimeoutError(f"no answer within {self.budget * 1000:.0f} ms") from exc
 

@@ -389,7 +389,16 @@ class RedisStore:
         """``op`` within the budget: CONNECTING while this loop's client is not up (after waiting
         for its set-up within the budget when ``wait``, or when the op ended while a connection it
         needed was still being set up), SKIPPED while the circuit is open (unless ``force``),
-        FAILED (counted, logged, circuit opened) on any error of a tier that was up."""
+        FAILED (counted, logged, circuit opened) on any error of a tier that was up.
+
+        A cancelled operation ends cancelled, whatever the error it surfaced as: redis-py's
+        clean-up on a cancellation can raise a ``ConnectionError`` or a ``TimeoutError`` in its
+        place (its reads run under ``asyncio.timeout``, and it disconnects on the way out). Taken
+        for a failure, that swallowed the cancellation: the caller went on (a clear watch polled
+        on forever in a loop being shut down) and the circuit opened for nothing. Whether a cancel
+        was requested is the task's own count (``cancelling()``), read against its value here."""
+        task = asyncio.current_task()
+        cancels = task.cancelling() if task is not None else 0
         if not force and not self.breaker.allow():
             if self.breaker.probe_due():
                 self._start_probe()
@@ -416,6 +425,8 @@ class RedisStore:
                     turn = True
                     result = await op(state)
         except _REDIS_FAILURES as exc:
+            if task is not None and task.cancelling() > cancels:
+                raise asyncio.CancelledError from exc  # cancelled: not a failure (see above)
             if setup.still_connecting or (
                 # The budget ran out in an op that waited for its client to come up, or for a turn
                 # while connections were being set up (its own, or more for the pool): the time
