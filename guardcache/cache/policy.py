@@ -42,15 +42,24 @@ from array import array
 from collections.abc import Callable, Hashable
 from typing import Any, ClassVar, NamedTuple, Protocol
 
+GetPath = Callable[[Hashable, Any], Any]
+"""A cache's ``get(key, default=None)``."""
+
+ExpiringGet = Callable[[float, Callable[[], float], Callable[[Hashable], None]], GetPath]
+"""``expiring(ttl, clock, expire)``: a policy's ``get`` for a cache with a ``ttl`` (see
+:mod:`~guardcache.cache.expiry`), counting in the same cells as its ``get``."""
+
 
 class HotPaths(NamedTuple):
     """A cache's ``get(key, default=None)`` and ``put(key, value)``, and ``counts()``: the totals
     they counted since they were made, ``(hits, misses, evictions, updates)``; read it holding the
-    lock."""
+    lock. ``expiring``: the policy's own ``get`` with the ttl check inlined, when it has one (else
+    :mod:`~guardcache.cache.expiry` builds one on ``touch_at``)."""
 
-    get: Callable[[Hashable, Any], Any]
+    get: GetPath
     put: Callable[[Hashable, Any], None]
     counts: Callable[[], tuple[int, int, int, int]]
+    expiring: ExpiringGet | None = None
 
 
 class PolicyState(NamedTuple):
@@ -135,4 +144,4 @@ class EvictionPolicy(Protocol):
 PolicyFactory = Callable[[int, threading.RLock], EvictionPolicy]
 
 
-__all__ = ["EvictionPolicy", "HotPaths", "PolicyFactory", "PolicyState"]
+__all__ = ["EvictionPolicy", "ExpiringGet", "GetPath", "HotPaths", "PolicyFactory", "PolicyState"]

@@ -31,7 +31,7 @@ def with_line_check(hot: HotPaths, clock: LineClock, due: Callable[[float], None
     ``time.time`` is looked up on each call, not bound here, so that a test's ``patch("time.time")``
     drives the schedule as it does NeMo's.
     """
-    get, put, counts = hot
+    get, put, counts = hot.get, hot.put, hot.counts
     wall = time
 
     def checked_get(key: Hashable, default: Any = None) -> Any:

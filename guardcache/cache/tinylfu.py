@@ -50,7 +50,7 @@ from collections.abc import Callable, Hashable, MutableSequence
 from typing import Any, ClassVar, NamedTuple
 
 from guardcache.cache.climber import HillClimber
-from guardcache.cache.policy import HotPaths, PolicyFactory, PolicyState
+from guardcache.cache.policy import GetPath, HotPaths, PolicyFactory, PolicyState
 from guardcache.cache.policy_cache import PolicyCache
 from guardcache.cache.policy_state import check_restorable, export_columns, keep_safest, store_entry
 from guardcache.cache.sketch import CAP, GOLDEN, SHIFT, FrequencySketch, spread, table_size
@@ -326,6 +326,61 @@ def _paths(s: TinyLFUPolicy, lock: threading.RLock) -> _Paths:
             return values[i]
         finally:
             release()
+
+    def expiring(ttl: float, clock: Callable[[], float], expire: Callable[[Hashable], None]) -> GetPath:
+        """``get`` for a cache with a ``ttl``: the same moves, the entry's age read from the clock
+        read a hit makes anyway (see :func:`~guardcache.cache.lfu_core.hot_paths`' ``expiring``
+        for why a second copy, and what keeps it in step)."""
+
+        def expiring_get(key: Hashable, default: Any = None) -> Any:
+            nonlocal hits, misses, protected
+            acquire()
+            try:
+                i = index.get(key)
+                if i is None:
+                    misses += 1
+                    return default
+                now = clock()
+                if now - created[i] >= ttl:
+                    expire(key)
+                    misses += 1
+                    return default
+                hits += 1
+                f = freq[i]
+                if f < CAP:
+                    freq[i] = f + 1
+                q = queue[i]
+                if q >= PROBATION:
+                    p = prv[i]
+                    n = nxt[i]
+                    nxt[p] = n
+                    prv[n] = p
+                    p = prv[PROTECTED]
+                    nxt[p] = i
+                    prv[i] = p
+                    nxt[i] = PROTECTED
+                    prv[PROTECTED] = i
+                    queue[i] = PROTECTED
+                    protected += 1
+                    if protected > protected_max:
+                        demote()
+                else:
+                    p = prv[q]
+                    if p != i:
+                        n = nxt[i]
+                        o = prv[i]
+                        nxt[o] = n
+                        prv[n] = o
+                        nxt[p] = i
+                        prv[i] = p
+                        nxt[i] = q
+                        prv[q] = i
+                accessed[i] = now
+                return values[i]
+            finally:
+                release()
+
+        return expiring_get
 
     def victim() -> int:
         """Main's next victim, always in probation: the least recent entry of its lowest count
@@ -689,7 +744,7 @@ def _paths(s: TinyLFUPolicy, lock: threading.RLock) -> _Paths:
             rebalance()  # a state of another capacity: its queues brought within this one's limits
         return len(index)
 
-    hot = HotPaths(get, put if maxsize else put_nothing, counts)
+    hot = HotPaths(get, put if maxsize else put_nothing, counts, expiring)
     return _Paths(hot, touch, touch_at, remove, reset, sizes, export_state, restore_state)
 
 
