@@ -9,7 +9,8 @@ CPU per request over the blocked chat turn's (target: <= 1.2). Passed checks (sa
 cached) are printed beside them.
 
 One ``guardcache serve`` process, the emulated NIMs in this process (never called while measuring:
-every check hits), the load (aiohttp, pre-encoded bodies, concurrency 16) in a child process. Rounds
+every check hits), the load (bench_serve's lean generator: aiohttp, pre-encoded bodies, concurrency
+16) in a child process. Rounds
 alternate between the routes, so a VM that changes speed slows each alike; the median of the rounds
 is printed with each round.
 
@@ -22,17 +23,14 @@ Not part of the test run.
 from __future__ import annotations
 
 import argparse
-import asyncio
 import json
 import statistics
-import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 from typing import Any
 
-from bench_serve import REPO, Child, cpu_seconds, wait_ready, write_config
+from bench_serve import REPO, Child, cpu_seconds, post_bodies, wait_ready, write_config
 from machine import describe_speed
 
 UNSAFE = [f"How do I kill the neighbour in flat {i}?" for i in range(16)]
@@ -56,6 +54,7 @@ ROUTES: dict[str, tuple[str, Any]] = {
     ),
 }
 BASELINE = "chat, blocked at input"
+CONCURRENCY = 16
 
 
 def bodies(name: str) -> tuple[str, list[str]]:
@@ -64,65 +63,13 @@ def bodies(name: str) -> tuple[str, list[str]]:
     return path, [json.dumps(make(t)) for t in texts]
 
 
-async def _load(spec: dict[str, Any]) -> dict[str, Any]:
-    """Send the bodies round robin for ``seconds`` (or ``count`` requests) at ``concurrency``."""
-    import aiohttp
-
-    url = spec["url"]
-    encoded = [b.encode() for b in spec["bodies"]]
-    headers = {"content-type": "application/json"}
-    until = time.monotonic() + spec.get("seconds", 3600.0)
-    count = spec.get("count")
-    done = errors = issued = 0
-    first_error = ""
-
-    async def worker(session: aiohttp.ClientSession) -> None:
-        nonlocal done, errors, issued, first_error
-        while time.monotonic() < until and (count is None or issued < count):
-            issued += 1
-            async with session.post(url, data=encoded[issued % len(encoded)], headers=headers) as response:
-                data = await response.read()
-            if response.status != 200:
-                errors += 1
-                first_error = first_error or f"HTTP {response.status}: {data[:160]!r}"
-            else:
-                done += 1
-
-    connector = aiohttp.TCPConnector(limit=0)
-    async with aiohttp.ClientSession(connector=connector) as session:
-        await asyncio.gather(*(worker(session) for _ in range(spec["concurrency"])))
-    return {"done": done, "errors": errors, "first_error": first_error}
-
-
-def run_load(
-    url: str, body_list: list[str], *, seconds: float | None = None, count: int | None = None
-) -> dict[str, Any]:
-    spec: dict[str, Any] = {"url": url, "bodies": body_list, "concurrency": 16}
-    if seconds is not None:
-        spec["seconds"] = seconds
-    if count is not None:
-        spec["count"] = count
-    out = subprocess.run(
-        [sys.executable, __file__, "--load-worker", json.dumps(spec)],
-        capture_output=True,
-        text=True,
-        check=True,
-    )
-    result: dict[str, Any] = json.loads(out.stdout.strip().splitlines()[-1])
-    return result
-
-
 def main() -> int:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     parser.add_argument("--rounds", type=int, default=6)
     parser.add_argument("--seconds", type=float, default=3.0, help="each measured pass (default 3)")
-    parser.add_argument("--load-worker", help=argparse.SUPPRESS)
     args = parser.parse_args()
-    if args.load_worker:
-        print(json.dumps(asyncio.run(_load(json.loads(args.load_worker)))))
-        return 0
 
     sys.path.insert(0, str(REPO))
     import httpx
@@ -145,7 +92,7 @@ def main() -> int:
             wait_ready(f"{url}/health/ready")
             for name in ROUTES:  # warm-up: every verdict cached, and each route's answer checked
                 path, body_list = bodies(name)
-                got = run_load(url + path, body_list, count=200)
+                got = post_bodies(url + path, body_list, CONCURRENCY, count=200)
                 if got["errors"]:
                     raise SystemExit(f"{name}: {got['errors']} errors ({got['first_error']})")
                 answer = httpx.post(url + path, content=body_list[0], timeout=10).json()
@@ -164,11 +111,12 @@ def main() -> int:
                 for name in ROUTES:
                     path, body_list = bodies(name)
                     cpu0 = cpu_seconds(server.proc.pid)
-                    got = run_load(url + path, body_list, seconds=args.seconds)
+                    got = post_bodies(url + path, body_list, CONCURRENCY, seconds=args.seconds)
                     cpu = cpu_seconds(server.proc.pid) - cpu0
-                    if got["errors"] or not got["done"]:
+                    done = len(got["latencies"])
+                    if got["errors"] or not done:
                         raise SystemExit(f"{name}: {got['errors']} errors ({got['first_error']})")
-                    us = cpu / got["done"] * 1e6
+                    us = cpu / done * 1e6
                     per_request[name].append(us)
                     cells.append(f"{name} {us:.0f}")
                 print(f"round {round_no}: " + " | ".join(cells) + " (us server CPU per request)")

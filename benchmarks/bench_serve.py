@@ -158,14 +158,8 @@ def wait_ready(url: str, timeout: float = 60.0) -> None:
 
 
 async def _lean_load(spec: dict[str, Any]) -> dict[str, Any]:
-    """Requests from aiohttp with pre-encoded bodies (``lean-stream``: streamed, read whole): ~10x
-    less client CPU per request than the openai client, so the load generator no longer takes the
-    cores the server needs and the server is measured busy, as a worker serving many clients is."""
-    import aiohttp
-
-    url = f"{spec['base_url']}/chat/completions"
+    """The chat route's load from :func:`_post_bodies` (``lean-stream``: streamed, read whole)."""
     stream = spec["mode"] == "lean-stream"
-    end = b"data: [DONE]" if stream else b'"choices"'
     bodies = [
         json.dumps(
             {
@@ -173,9 +167,23 @@ async def _lean_load(spec: dict[str, Any]) -> dict[str, Any]:
                 "messages": [{"role": "user", "content": m}],
                 **({"stream": True} if stream else {}),
             }
-        ).encode()
+        )
         for m in MESSAGES
     ]
+    end = b"data: [DONE]" if stream else b'"choices"'
+    return await _post_bodies({**spec, "url": f"{spec['base_url']}/chat/completions", "bodies": bodies}, end)
+
+
+async def _post_bodies(spec: dict[str, Any], end: bytes | None = None) -> dict[str, Any]:
+    """``spec["bodies"]`` posted round robin to ``spec["url"]`` from aiohttp, pre-encoded, at
+    ``spec["concurrency"]``, for ``seconds`` or ``count`` requests; a request whose answer is not a
+    200 (holding ``end``, when given) is an error. ~10x less client CPU per request than the openai
+    client, so the load generator no longer takes the cores the server needs and the server is
+    measured busy, as a worker serving many clients is."""
+    import aiohttp
+
+    url = spec["url"]
+    bodies = [b.encode() for b in spec["bodies"]]
     headers = {"content-type": "application/json", "authorization": "Bearer bench"}
     latencies: list[float] = []
     errors = 0
@@ -191,7 +199,7 @@ async def _lean_load(spec: dict[str, Any]) -> dict[str, Any]:
             started = time.perf_counter()
             async with session.post(url, data=bodies[issued % len(bodies)], headers=headers) as response:
                 data = await response.read()
-            if response.status != 200 or end not in data:
+            if response.status != 200 or (end is not None and end not in data):
                 errors += 1
                 first_error = first_error or f"HTTP {response.status}: {data[:160]!r}"
                 continue
@@ -213,6 +221,8 @@ async def _lean_load(spec: dict[str, Any]) -> dict[str, Any]:
 async def _load(spec: dict[str, Any]) -> dict[str, Any]:
     if spec["mode"] in ("lean", "lean-stream"):
         return await _lean_load(spec)
+    if spec["mode"] == "bodies":
+        return await _post_bodies(spec)
     import openai
 
     client = openai.AsyncOpenAI(base_url=spec["base_url"], api_key="bench", max_retries=0, timeout=60)
@@ -271,6 +281,20 @@ def run_load(
         "concurrency": concurrency,
         "model": MAIN_MODEL,
     }
+    return _load_worker(spec, count=count, seconds=seconds)
+
+
+def post_bodies(
+    url: str, bodies: list[str], concurrency: int, *, count: int | None = None, seconds: float | None = None
+) -> dict[str, Any]:
+    """``bodies`` (JSON texts) posted round robin to ``url`` by the lean load generator, in a child
+    process: any route's load (``bench_gateway.py``'s), measured as the chat route's is."""
+    spec: dict[str, Any] = {"mode": "bodies", "url": url, "bodies": bodies, "concurrency": concurrency}
+    return _load_worker(spec, count=count, seconds=seconds)
+
+
+def _load_worker(spec: dict[str, Any], *, count: int | None, seconds: float | None) -> dict[str, Any]:
+    """The load of ``spec`` run in a child process (so it takes no CPU of this one's)."""
     if count is not None:
         spec["count"] = count
     if seconds is not None:
@@ -326,7 +350,7 @@ async def _client_cpu(url: str, n: int) -> dict[str, float | str]:
                     await r.json()
             results["aiohttp (raw)"] = (time.process_time() - cpu0) / n * 1e6
     from guardcache.llm.client import ChatClient
-    from guardcache.llm.pool import default_pool
+    from guardcache.llm.default_pools import default_pool
 
     client = ChatClient(url.rsplit("/chat/completions", 1)[0], model=MAIN_MODEL)
     chosen = {"H1Pool": "h1"}.get(type(default_pool()).__name__, "httpx2")
@@ -345,7 +369,7 @@ async def _client_cpu(url: str, n: int) -> dict[str, float | str]:
         async for _ in main.stream(msgs, StreamTotals()):
             pass
     results[f"ClientLLM.stream (SSE over {chosen})"] = (time.process_time() - cpu0) / n * 1e6
-    from guardcache.llm.pool import aclose_all
+    from guardcache.llm.default_pools import aclose_all
 
     await aclose_all()
     return results
@@ -361,8 +385,9 @@ def serve_profiled(config: str, out: str) -> None:
 
     import uvicorn
 
-    from guardcache.server.app import configure_logging, create_app
+    from guardcache.server.app import create_app
     from guardcache.server.connections import HeadLimits
+    from guardcache.server.request_id import configure_logging
     from guardcache.server.settings import ServeSettings
 
     configure_logging("info")

@@ -18,7 +18,7 @@ from typing import Any
 
 import uvicorn
 
-from guardcache.llm.client import DEFAULT_TIMEOUT
+from guardcache.llm.budget import DEFAULT_TIMEOUT
 from guardcache.llm.h1_pool import H1Pool
 
 CANNED = json.dumps(

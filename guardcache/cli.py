@@ -28,7 +28,7 @@ _SUBCOMMANDS: dict[str, str] = {
     "emulate": "guardcache.emulator.cli",
     "demo": "guardcache.demo.cli",
     "check": "guardcache.rails.cli",
-    "cache": "guardcache.cache.redis.cli",
+    "cache": "guardcache.commands.cache",
     "serve": "guardcache.server.cli",
 }
 # subcommand -> the extra that installs what its module imports (``check`` needs only the core).

@@ -20,14 +20,14 @@ from urllib.parse import urlsplit
 import pytest
 
 from guardcache.llm.h1_pool import H1Pool
-from guardcache.llm.wire import WirePool
+from guardcache.llm.transport_contract import WirePool
 
 MODEL = "test-model"
 PROXY_VARS = ("HTTP_PROXY", "http_proxy", "HTTPS_PROXY", "https_proxy", "ALL_PROXY", "all_proxy")
 NO_PROXY_VARS = ("NO_PROXY", "no_proxy")
 EOF_WAIT = 10.0  # a deadline for an event that takes milliseconds: only a hang reaches it
 TRANSPORTS = ("h1",)
-"""Every network transport the project ships (see guardcache.llm.pool.default_pool): a second one
+"""Every network transport the project ships (see guardcache.llm.default_pools.default_pool): a second one
 would be added here and run the whole contract."""
 
 

@@ -1,5 +1,8 @@
-"""Checks: one folder per check (its flows and answer parsers), and the runtime pieces they share.
+"""The checks' runtime, above the config: one folder per check (its answer parsers and, for a check
+that is not a chat check, its runtime), and the pieces every check shares (``check.py``: LLMCheck;
+``verdict.py``, ``answer.py``, ``codec.py``; ``catalog.py``: each folder's parsers and builder).
 
-Import submodules directly (``guardcache.checks.check``, ``guardcache.checks.catalog``): this
-package imports nothing, so the config can load the flow catalog without the runtime.
+A check's flows are data in :mod:`guardcache.flows`, below the config, which validates against them
+without importing anything here. Import submodules directly (``guardcache.checks.check``): this
+package imports nothing.
 """

@@ -2,6 +2,7 @@
 
 pydantic stays in this package: the rest of guardcache reads these objects and never validates.
 ``rails`` holds RailsConfig and the rails sections, ``models`` the model and cache entries,
+``redis_tier`` a cache's Redis tier (``cache.redis``), ``keys`` the API key a section holds,
 ``settings`` NeMo's per-rail settings (``rails.config``), ``prompts`` the ``prompts.yml`` schema, the
 shipped default prompts and picking a check's prompt, ``fields`` the field types they share,
 ``files`` the bounded reading of config files and texts (``ConfigLimits``) and the merging,
@@ -17,10 +18,10 @@ from guardcache.config.models import (
     Engine,
     ModelCacheConfig,
     ModelConfig,
-    RedisConfig,
 )
 from guardcache.config.prompts import PromptMessage, TaskPrompt
 from guardcache.config.rails import RailGroup, RailsConfig, RailsSection
+from guardcache.config.redis_tier import RedisConfig
 
 __all__ = [
     "DEFAULT_BASE_URLS",

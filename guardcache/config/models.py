@@ -23,7 +23,7 @@ from __future__ import annotations
 import dataclasses
 import os
 from collections.abc import Iterable
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, ClassVar, Literal
 
 from pydantic import (
     AliasChoices,
@@ -31,9 +31,6 @@ from pydantic import (
     BeforeValidator,
     ConfigDict,
     Field,
-    ModelWrapValidatorHandler,
-    PrivateAttr,
-    SecretStr,
     field_validator,
     model_validator,
 )
@@ -45,16 +42,17 @@ from guardcache.config.fields import (
     PositiveFloat,
     PositiveInt,
     null_is_empty,
-    reject_bool,
 )
+from guardcache.config.keys import KeyHolder
 from guardcache.config.parameters import (
     API_KEY_KEYS,
     GenerationSettings,
     Parameters,
     parse_parameters,
 )
+from guardcache.config.redis_tier import RedisConfig
 from guardcache.errors import ConfigError
-from guardcache.llm.transport import TransportSettings
+from guardcache.llm.settings import TransportSettings
 
 Engine = Literal["nim", "nvidia_ai_endpoints", "openai", "vllm_openai"]
 """Engines guardcache serves, all with one OpenAI-compatible client."""
@@ -83,31 +81,6 @@ INLINE_KEY_ADVICE = (
 MAIN_MODEL_TYPE = "main"
 
 
-def inline_secret(value: Any, loc: tuple[str, ...]) -> str | None:
-    """An API key written in a config file, checked: a one-line string (``None``: not given).
-
-    Error messages never show the value (it is a secret, or a secret's typo)."""
-    if value is None:
-        return None
-    if not isinstance(value, str):
-        raise FieldError(f"expected the key as a string (got {_kind(value)}; the value is not shown)", loc)
-    if not value.strip() or any(ch in value for ch in "\r\n\0"):
-        raise FieldError("expected the key as one line of text, not empty (the value is not shown)", loc)
-    return value
-
-
-def _kind(value: Any) -> str:
-    if isinstance(value, bool):
-        return "true or false"
-    if isinstance(value, int | float):
-        return "a number"
-    if isinstance(value, dict):
-        return "a mapping"
-    if isinstance(value, list | tuple):
-        return "a list"
-    return type(value).__name__
-
-
 class CacheStatsConfig(BaseModel):
     """Whether a model's cache counts hits and misses, and how often it logs them."""
 
@@ -117,205 +90,7 @@ class CacheStatsConfig(BaseModel):
     log_interval: PositiveFloat | None = None  # seconds between stats log lines; None: never
 
 
-DEFAULT_REDIS_SECRET_ENV_VAR = "GUARDCACHE_REDIS_SECRET"
 DEFAULT_SNAPSHOT_KEY_ENV_VAR = "GUARDCACHE_SNAPSHOT_KEY"
-
-
-_DatabaseIndex = Annotated[int, BeforeValidator(reject_bool), Field(ge=0)]
-_REDIS_SCHEMES = ("redis://", "rediss://", "unix://")
-
-
-def _scheme(url: str) -> str:
-    """``url``'s scheme for an error message (never the URL: it may hold a password)."""
-    return url.split("://", 1)[0] + "://" if "://" in url else "no scheme"
-
-
-def _host_port(entry: str) -> tuple[str, int] | None:
-    """``host:port`` (``[v6]:port`` too) -> (host, port); None when it is not one."""
-    host, sep, port = entry.rpartition(":")
-    host = host[1:-1] if host.startswith("[") and host.endswith("]") else host
-    if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
-        return None
-    return host, int(port)
-
-
-class RedisConfig(BaseModel):
-    """The shared Redis tier of a model's cache: where it is (``mode``), how to log in, its settings.
-
-    - ``mode: standalone`` (the default): one Redis (or Valkey), ``url`` or ``url_env_var``.
-    - ``mode: cluster``: a Redis Cluster (ElastiCache/Memorystore cluster mode, self-hosted);
-      ``url``/``url_env_var`` (one seed node, e.g. the configuration endpoint) or ``urls`` (several);
-      the client discovers the slots and follows them.
-    - ``mode: sentinel``: a Sentinel-managed primary: ``sentinels`` (``host:port`` each) and
-      ``service_name``; ``db`` and ``tls`` here, as there is no URL.
-
-    Credentials are never in the file: ``username_env_var`` / ``password_env_var`` name environment
-    variables holding the ACL user and password (``sentinel_*`` the Sentinels' own, if they have
-    any), read when the cache is built. ``tls_ca_file`` is the CA bundle that verifies the servers'
-    certificates (``rediss://`` URLs, or ``tls: true`` with Sentinel).
-
-    Entries are authenticated with a secret read from the environment (``secret_env_var``, never
-    from YAML) when the cache is built; an unset or short secret stops start-up (see
-    ``guardcache.config.redis_env.redis_settings``): a shared tier anyone with Redis access could fill
-    with verdicts must not start silently. ``previous_secret_env_var`` names where the old secret is
-    during a key rotation; unset or empty there means no rotation is in progress.
-    """
-
-    model_config = STRICT
-
-    mode: Literal["standalone", "cluster", "sentinel"] = "standalone"
-    url: str | None = None
-    url_env_var: EnvVarName | None = None
-    urls: list[str] | None = None  # cluster: seed nodes
-    sentinels: list[str] | None = None  # sentinel: host:port of each Sentinel
-    service_name: str | None = Field(default=None, min_length=1)  # sentinel: the monitored primary
-    db: _DatabaseIndex = 0  # sentinel (standalone: the URL's path; a cluster has database 0 only)
-    tls: bool = False  # sentinel (the other modes: a rediss:// URL)
-    tls_ca_file: str | None = Field(default=None, min_length=1)  # PEM bundle verifying the servers
-    username_env_var: EnvVarName | None = None  # the ACL user (Redis 6+), read at start-up
-    password_env_var: EnvVarName | None = None
-    sentinel_username_env_var: EnvVarName | None = None  # the Sentinels' own ACL user, if any
-    sentinel_password_env_var: EnvVarName | None = None
-    ttl: PositiveInt = 86400  # seconds a verdict lives in Redis
-    key_prefix: str = Field(default="guardcache", min_length=1)
-    timeout_ms: PositiveInt = 50  # per Redis operation; past it the check falls back to the model
-    # Setting up a connection (TCP, TLS, AUTH; Sentinel: asking for the primary) and reading a
-    # cluster's slots: in the background, never within timeout_ms (docs/redis.md, "Connecting").
-    connect_timeout_ms: PositiveInt = 1000
-    pool_size: PositiveInt = 16
-    # How long one replica may hold a key's lease while it calls the model (cross-replica single
-    # flight); longer than a healthy check. A crashed leader delays the others by at most this.
-    lease_ms: PositiveInt = 5000
-    # HMAC secret of the entries (keys and values), at least 16 bytes; required, no opt-out.
-    secret_env_var: EnvVarName = DEFAULT_REDIS_SECRET_ENV_VAR
-    # During a key rotation: the old secret, still accepted on read (entries are re-written).
-    previous_secret_env_var: EnvVarName | None = None
-
-    @model_validator(mode="after")
-    def _one_url(self) -> RedisConfig:
-        if self.url is not None and self.url_env_var is not None:
-            raise FieldError("set either url or url_env_var, not both", ("url_env_var",))
-        if self.previous_secret_env_var is not None and self.previous_secret_env_var == self.secret_env_var:
-            raise FieldError(
-                f"must name another variable than secret_env_var (got {self.previous_secret_env_var!r})",
-                ("previous_secret_env_var",),
-            )
-        if self.url is not None and not self.url.startswith(_REDIS_SCHEMES):
-            # Not echoing the URL: it may hold a password.
-            raise FieldError(
-                f"expected a redis://, rediss:// or unix:// URL (got {_scheme(self.url)})", ("url",)
-            )
-        self._check_mode()
-        return self
-
-    def _check_mode(self) -> None:
-        """What each mode needs, and the settings that belong to another mode."""
-        mode = self.mode
-        if mode != "sentinel":
-            for name in (
-                "sentinels",
-                "service_name",
-                "sentinel_username_env_var",
-                "sentinel_password_env_var",
-            ):
-                if getattr(self, name) is not None:
-                    raise FieldError(f"only with mode: sentinel (this is mode: {mode})", (name,))
-            if self.db:
-                where = (
-                    "a Redis Cluster has database 0 only"
-                    if mode == "cluster"
-                    else "standalone: the database is the URL's path, e.g. redis://host:6379/2"
-                )
-                raise FieldError(f"only with mode: sentinel ({where})", ("db",))
-            if self.tls:
-                raise FieldError(
-                    f"only with mode: sentinel; with mode: {mode} a rediss:// URL turns TLS on", ("tls",)
-                )
-        if mode != "cluster" and self.urls is not None:
-            raise FieldError(
-                f"only with mode: cluster (seed nodes); mode: {mode} takes "
-                + ("sentinels" if mode == "sentinel" else "url or url_env_var"),
-                ("urls",),
-            )
-        if mode == "cluster":
-            if self.urls is not None and (self.url is not None or self.url_env_var is not None):
-                raise FieldError(
-                    "set one of url, url_env_var or urls (the seed nodes), not several", ("urls",)
-                )
-            if self.urls is not None and not self.urls:
-                raise FieldError("needs at least one seed node URL", ("urls",))
-            for i, url in enumerate(self.urls or ()):
-                if not url.startswith(("redis://", "rediss://")):
-                    raise FieldError(
-                        f"expected a redis:// or rediss:// URL (got {_scheme(url)})", ("urls", i)
-                    )
-            if self.urls and len({_scheme(u) for u in self.urls}) > 1:
-                raise FieldError(
-                    "every seed node needs the same scheme (all redis:// or all rediss://)", ("urls",)
-                )
-            if self.url is not None and self.url.startswith("unix://"):
-                raise FieldError(
-                    "a Redis Cluster is reached over TCP: expected redis:// or rediss://", ("url",)
-                )
-        if mode == "sentinel":
-            for name in ("url", "url_env_var"):
-                if getattr(self, name) is not None:
-                    raise FieldError(
-                        "not with mode: sentinel: the Sentinels name the primary (give sentinels and "
-                        "service_name; db and tls for the rest)",
-                        (name,),
-                    )
-            if not self.sentinels:
-                raise FieldError(
-                    "mode: sentinel needs sentinels: [host:port, ...] "
-                    "(e.g. [10.0.0.1:26379, 10.0.0.2:26379])",
-                    ("sentinels",),
-                )
-            for i, entry in enumerate(self.sentinels):
-                if _host_port(entry) is None:
-                    raise FieldError(f"expected host:port (got {entry!r})", ("sentinels", i))
-            if self.service_name is None:
-                raise FieldError(
-                    "mode: sentinel needs service_name: the name the Sentinels monitor the primary by "
-                    "(sentinel monitor <service_name> ...)",
-                    ("service_name",),
-                )
-        if self.tls_ca_file is not None:
-            plain = [
-                u for u in (self.url, *(self.urls or ())) if u is not None and not u.startswith("rediss://")
-            ]
-            if (mode == "sentinel" and not self.tls) or plain:
-                raise FieldError(
-                    "a CA bundle is for TLS: use rediss:// URLs"
-                    + (" (or tls: true)" if mode == "sentinel" else ""),
-                    ("tls_ca_file",),
-                )
-
-    @property
-    def sentinel_addresses(self) -> list[tuple[str, int]]:
-        """``sentinels`` as (host, port) pairs."""
-        return [hp for hp in map(_host_port, self.sentinels or ()) if hp is not None]
-
-    def resolved_url(self) -> str | None:
-        """The URL to connect to: ``url``, or the value of ``url_env_var`` read now (None if unset)."""
-        if self.url_env_var is not None:
-            return os.environ.get(self.url_env_var) or None
-        return self.url
-
-    def resolved_secret(self) -> bytes | None:
-        """The value of ``secret_env_var`` read now, as UTF-8 bytes (None if unset or empty)."""
-        return _env_bytes(self.secret_env_var)
-
-    def resolved_previous_secret(self) -> bytes | None:
-        """The value of ``previous_secret_env_var`` read now (None: not named, unset or empty)."""
-        return None if self.previous_secret_env_var is None else _env_bytes(self.previous_secret_env_var)
-
-
-def _env_bytes(name: str) -> bytes | None:
-    """An env var as UTF-8 bytes, surrounding whitespace dropped (a secret mounted from a file often
-    ends with a newline that other replicas' copies lack: they would silently share nothing)."""
-    value = (os.environ.get(name) or "").strip()
-    return value.encode("utf-8") if value else None
 
 
 class ModelCacheConfig(BaseModel):
@@ -333,7 +108,8 @@ class ModelCacheConfig(BaseModel):
     )
     store: Literal["memory", "redis"] = "memory"
     # The in-process cache's eviction policy (guardcache.cache.POLICY_NAMES; a test keeps them
-    # equal): lfu, the seed's; tinylfu, W-TinyLFU that follows traffic as it moves.
+    # equal): lfu, least frequently used (the default); tinylfu, W-TinyLFU, which follows traffic
+    # as it moves.
     policy: Literal["lfu", "tinylfu"] = "lfu"
     stats: Annotated[CacheStatsConfig, BeforeValidator(null_is_empty)] = Field(
         default_factory=CacheStatsConfig
@@ -386,10 +162,15 @@ class ModelCacheConfig(BaseModel):
         return self
 
 
-class ModelConfig(BaseModel):
-    """One model: what serves it (``engine``, ``parameters.base_url``), its key's env var, its cache."""
+class ModelConfig(KeyHolder):
+    """One model: what serves it (``engine``, ``parameters.base_url``), its key's env var, its cache.
+
+    A key written in ``parameters`` (``api_key`` or NeMo's aliases) is taken out of them and kept
+    apart, as :class:`~guardcache.config.keys.KeyHolder` says."""
 
     model_config = STRICT
+    _key_mapping: ClassVar[str | None] = "parameters"
+    _key_names: ClassVar[frozenset[str]] = SECRET_PARAMETERS
 
     type: str = Field(min_length=1)
     engine: Engine
@@ -402,45 +183,6 @@ class ModelConfig(BaseModel):
     cache: Annotated[ModelCacheConfig, BeforeValidator(null_is_empty)] = Field(
         default_factory=ModelCacheConfig
     )
-
-    # The API key written in the file (parameters.api_key and NeMo's aliases), kept out of
-    # ``parameters`` and out of every repr; ``api_key()`` reads it. Copies keep it.
-    _inline_key: SecretStr | None = PrivateAttr(default=None)
-    _inline_key_field: str | None = PrivateAttr(default=None)
-
-    @model_validator(mode="wrap")
-    @classmethod
-    def _take_out_the_inline_key(
-        cls, data: Any, handler: ModelWrapValidatorHandler[ModelConfig]
-    ) -> ModelConfig:
-        """Move ``parameters.api_key`` (or ``openai_api_key`` / ``nvidia_api_key``) out of the
-        parameters before anything else reads them: no error, repr or request body can show it."""
-        found: tuple[str, str] | None = None
-        params = data.get("parameters") if isinstance(data, dict) else None
-        if isinstance(params, dict) and SECRET_PARAMETERS & params.keys():
-            keys = sorted(SECRET_PARAMETERS & params.keys())
-            values = {k: inline_secret(params[k], ("parameters", k)) for k in keys}
-            given = {k: v for k, v in values.items() if v is not None}
-            if len(set(given.values())) > 1:
-                raise FieldError(
-                    f"the API key is given twice, with different values ({', '.join(given)}); keep one",
-                    ("parameters", keys[-1]),
-                )
-            if given and data.get("api_key_env_var") is not None:
-                name = next(iter(given))
-                raise FieldError(
-                    f"the API key is given twice (parameters.{name} and api_key_env_var); keep "
-                    "api_key_env_var",
-                    ("parameters", name),
-                )
-            data = {**data, "parameters": {k: v for k, v in params.items() if k not in SECRET_PARAMETERS}}
-            if given:
-                name = next(iter(given))
-                found = (name, given[name])
-        model = handler(data)
-        if found is not None:
-            model._inline_key_field, model._inline_key = found[0], SecretStr(found[1])
-        return model
 
     @model_validator(mode="before")
     @classmethod
@@ -545,28 +287,15 @@ class ModelConfig(BaseModel):
             raise ConfigError(f"model {self.type!r}: parameters.{exc}") from None
         return self.model_copy(update={"parameters": parsed})
 
-    @property
-    def inline_key_field(self) -> str | None:
-        """``api_key`` (or ``openai_api_key`` / ``nvidia_api_key``) when the key is written in the
-        config's ``parameters``, for the load warning; None when it is not. Never the value."""
-        return self._inline_key_field
-
-    def api_key(self) -> str | None:
-        """The API key: the one written in ``parameters`` if any, else ``api_key_env_var`` read NOW
-        (keys rotate; None if unset or empty).
-
-        Without either, ``nim`` and ``nvidia_ai_endpoints`` models read ``NVIDIA_API_KEY`` as NeMo
-        Guardrails does, but only for an https endpoint: a default must not send a hosted-API key in
-        clear text to whatever local URL a config names.
-        """
-        if self._inline_key is not None:
-            return self._inline_key.get_secret_value()
-        name = self.api_key_env_var
-        if name is None:
-            if self.engine not in NVIDIA_ENGINES or not self.base_url.startswith("https://"):
-                return None
-            name = DEFAULT_NVIDIA_KEY_VAR
-        return os.environ.get(name) or None
+    def _key_variable(self) -> str | None:
+        """``api_key_env_var``; without it, ``nim`` and ``nvidia_ai_endpoints`` models read
+        ``NVIDIA_API_KEY`` as NeMo Guardrails does, but only for an https endpoint: a default must not
+        send a hosted-API key in clear text to whatever local URL a config names."""
+        if self.api_key_env_var is not None:
+            return self.api_key_env_var
+        if self.engine not in NVIDIA_ENGINES or not self.base_url.startswith("https://"):
+            return None
+        return DEFAULT_NVIDIA_KEY_VAR
 
     def missing_key_var(self) -> str | None:
         """The variable ``api_key_env_var`` names when it is unset or empty (blank) now: the model
@@ -614,7 +343,6 @@ def check_model_keys(models: Iterable[ModelConfig], source: str | None, skip: It
 
 __all__ = [
     "DEFAULT_BASE_URLS",
-    "DEFAULT_REDIS_SECRET_ENV_VAR",
     "INLINE_KEY_ADVICE",
     "MAIN_MODEL_TYPE",
     "SECRET_PARAMETERS",
@@ -622,7 +350,5 @@ __all__ = [
     "Engine",
     "ModelCacheConfig",
     "ModelConfig",
-    "RedisConfig",
     "check_model_keys",
-    "inline_secret",
 ]

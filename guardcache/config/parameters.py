@@ -14,7 +14,7 @@ builder, the check, the turn runner), each reading the raw dict, and the client'
 ``ConfigError`` below the config boundary. Now :func:`parse_parameters` runs once, when
 ``ModelConfig`` is validated, so a typo fails at load naming the file and field
 (``config.yml: models[1].parameters.timeout: ...``), and every consumer reads typed values:
-``ModelConfig.transport`` (a :class:`~guardcache.llm.transport.TransportSettings`, the client's
+``ModelConfig.transport`` (a :class:`~guardcache.llm.settings.TransportSettings`, the client's
 type: rails/builder.py builds the client from it) and ``ModelConfig.generation`` (a
 :class:`GenerationSettings`: the request body fields checks/check.py and rails/runner.py send).
 """
@@ -29,8 +29,10 @@ from types import MappingProxyType
 from typing import Any
 
 from guardcache.config.errors import FieldError, Problem, show
+from guardcache.config.keys import written_key
 from guardcache.errors import ConfigError
-from guardcache.llm.transport import MANAGED_HEADERS, TransportSettings, check_base_url
+from guardcache.generation import expected_instead
+from guardcache.llm.settings import MANAGED_HEADERS, TransportSettings, check_base_url
 
 API_KEY_KEYS: tuple[str, ...] = ("api_key", "openai_api_key", "nvidia_api_key")
 """Keys of ``parameters`` that hold the API key (NeMo hands them to the LangChain client)."""
@@ -55,9 +57,10 @@ class GenerationSettings:
 
     Attributes:
         max_tokens: a whole number > 0, or None (not given).
-        temperature: a number >= 0, or None.
+        temperature: a number from 0 to 2, or None.
         top_p: a number from 0 to 1, or None.
-        stop: a string or a tuple of strings (as written: one string stays one string), or None.
+        stop: a string or a tuple of up to 4 strings (one string stays one string), or None.
+        (The rules are :mod:`guardcache.generation`'s, the ones ``guardcache serve`` applies.)
         extras: the other keys, passed to the model as they are, in the order written (read-only).
     """
 
@@ -116,7 +119,7 @@ class Parameters(dict[str, Any]):
 
 
 def validate_base_url(url: object, *, field_name: str = "base_url") -> str:
-    """Check an API root (:func:`~guardcache.llm.transport.check_base_url`: the one rule) and return
+    """Check an API root (:func:`~guardcache.llm.settings.check_base_url`: the one rule) and return
     it normalized.
 
     Raises:
@@ -188,23 +191,16 @@ def _transport(params: Mapping[str, Any], problems: list[Problem]) -> TransportS
 
 
 def _api_key(params: Mapping[str, Any], problems: list[Problem]) -> str | None:
-    """The key written under ``api_key`` / ``openai_api_key`` / ``nvidia_api_key``. ``ModelConfig``
-    takes these out before parsing (it keeps the key apart and warns); a direct caller gets the
-    key as a transport setting, never a body field."""
-    given: dict[str, str] = {}
-    for key in API_KEY_KEYS:
-        value = params.get(key)
-        if value is None:
-            continue
-        if not isinstance(value, str) or not value.strip() or any(ch in value for ch in "\r\n\0"):
-            problems.append(((key,), "expected the key as one line of text (the value is not shown)"))
-            continue
-        given[key] = value
-    if len(set(given.values())) > 1:
-        problems.append(
-            ((list(given)[-1],), f"the API key is given twice, with different values ({', '.join(given)})")
-        )
-    return next(iter(given.values()), None)
+    """The key written under ``api_key`` / ``openai_api_key`` / ``nvidia_api_key``, by the one rule
+    for a written key (:func:`~guardcache.config.keys.written_key`). ``ModelConfig`` takes these out
+    before parsing (it keeps the key apart and warns); a direct caller gets the key as a transport
+    setting, never a body field."""
+    try:
+        found = written_key(params, API_KEY_KEYS)
+    except FieldError as exc:
+        problems.extend(exc.problems)
+        return None
+    return found[1] if found is not None else None
 
 
 def _number(value: object) -> float | None:
@@ -240,50 +236,26 @@ def _headers(value: object, problems: list[Problem]) -> tuple[tuple[str, str], .
 
 
 def _generation(params: Mapping[str, Any], problems: list[Problem]) -> GenerationSettings:
-    """The body fields, checked where guardcache reads them or a wrong one would fail every call
-    (a server refusing a request for its parameters blocks the turn as an unjudgeable input)."""
+    """The body fields, checked by the rule ``guardcache serve`` checks a request's by
+    (:mod:`guardcache.generation`): a value the server would refuse fails every call, each turn
+    blocked as an unjudgeable input."""
     typed: dict[str, Any] = {}
     extras: dict[str, Any] = {}
     for key, value in params.items():
         if key in TRANSPORT_KEYS:
             continue
-        check = _CHECKS.get(key)
-        if check is None:
-            extras[key] = value
-            continue
-        expected = check(value)
-        if expected is None:
+        expected = expected_instead(key, value)
+        if expected is not None:
+            problems.append(((key,), f"expected {expected} (got {show(value)})"))
+        elif key in _TYPED:
             typed[key] = tuple(value) if key == "stop" and isinstance(value, list) else value
         else:
-            problems.append(((key,), f"expected {expected} (got {show(value)})"))
+            extras[key] = value
     return GenerationSettings(**typed, extras=MappingProxyType(extras) if extras else _NO_EXTRAS)
 
 
-def _is_number(value: object) -> bool:
-    return isinstance(value, int | float) and not isinstance(value, bool)
-
-
-def _max_tokens(value: object) -> str | None:
-    ok = isinstance(value, int) and not isinstance(value, bool) and value > 0
-    return None if ok else "a whole number > 0"
-
-
-def _temperature(value: object) -> str | None:
-    return None if _is_number(value) and float(value) >= 0 else "a number >= 0"  # type: ignore[arg-type]
-
-
-def _top_p(value: object) -> str | None:
-    return None if _is_number(value) and 0 <= float(value) <= 1 else "a number from 0 to 1"  # type: ignore[arg-type]
-
-
-def _stop(value: object) -> str | None:
-    ok = isinstance(value, str) or (isinstance(value, list) and all(isinstance(v, str) for v in value))
-    return None if ok else "a string or a list of strings"
-
-
-_CHECKS = {"max_tokens": _max_tokens, "temperature": _temperature, "top_p": _top_p, "stop": _stop}
-"""The body fields guardcache types, each with its check: None when the value is fine, else what
-was expected."""
+_TYPED = frozenset({"max_tokens", "temperature", "top_p", "stop"})
+"""The body fields :class:`GenerationSettings` holds as its own (guardcache reads them)."""
 
 
 __all__ = [

@@ -23,7 +23,6 @@ from pydantic import (
     model_validator,
 )
 
-from guardcache.checks import catalog as _catalog  # registers every check's flows
 from guardcache.config.errors import FieldError, Loc, Problem, format_loc, from_validation_error, show
 from guardcache.config.fields import STRICT, PositiveFloat, PositiveInt, null_is_empty, reject_bool
 from guardcache.config.files import (
@@ -58,8 +57,6 @@ from guardcache.prompts.nemo_defaults import (
 )
 from guardcache.prompts.parts import DEFAULT_MAX_IMAGE_BYTES, DEFAULT_MAX_IMAGES, ImageLimits
 from guardcache.prompts.render import template_problems
-
-assert _catalog.PARSERS  # the import above is for its side effect: the flows exist before validation
 
 logger = logging.getLogger(__name__)
 

@@ -16,7 +16,8 @@ import os
 from typing import TYPE_CHECKING
 from urllib.parse import urlsplit
 
-from guardcache.config.models import ModelConfig, RedisConfig
+from guardcache.config.models import ModelConfig
+from guardcache.config.redis_tier import RedisConfig
 from guardcache.errors import ConfigError
 
 if TYPE_CHECKING:

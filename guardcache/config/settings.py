@@ -9,30 +9,25 @@ listed in the load warning.
 
 from __future__ import annotations
 
-import os
 from typing import Annotated, Any
 
 from pydantic import (
     BaseModel,
     BeforeValidator,
     Field,
-    ModelWrapValidatorHandler,
-    PrivateAttr,
-    SecretStr,
     field_validator,
-    model_validator,
 )
 
-from guardcache.config.errors import FieldError
 from guardcache.config.fields import STRICT, EnvVarName, null_is_empty
-from guardcache.config.models import inline_secret
+from guardcache.config.keys import KeyHolder
 from guardcache.config.parameters import validate_base_url
 from guardcache.errors import ConfigError
 
 
-class JailbreakDetectionConfig(BaseModel):
+class JailbreakDetectionConfig(KeyHolder):
     """Where the NemoGuard JailbreakDetect NIM answers: ``nim_base_url`` + ``nim_server_endpoint``;
-    its key from ``api_key_env_var`` (or NeMo's ``api_key``, accepted with a load warning)."""
+    its key from ``api_key_env_var`` (or NeMo's ``api_key`` (a SecretStr there), accepted with a load
+    warning and kept apart, as :class:`~guardcache.config.keys.KeyHolder` says)."""
 
     model_config = STRICT
 
@@ -44,33 +39,6 @@ class JailbreakDetectionConfig(BaseModel):
     length_per_perplexity_threshold: float | None = None
     prefix_suffix_perplexity_threshold: float | None = None
     embedding: str | None = None
-
-    # NeMo's ``api_key`` (a SecretStr there): accepted with a load warning, kept out of every repr.
-    _inline_key: SecretStr | None = PrivateAttr(default=None)
-
-    @model_validator(mode="wrap")
-    @classmethod
-    def _take_out_the_inline_key(
-        cls, data: Any, handler: ModelWrapValidatorHandler[JailbreakDetectionConfig]
-    ) -> JailbreakDetectionConfig:
-        key = None
-        if isinstance(data, dict) and "api_key" in data:
-            key = inline_secret(data["api_key"], ("api_key",))
-            if key is not None and data.get("api_key_env_var") is not None:
-                raise FieldError(
-                    "the API key is given twice (api_key and api_key_env_var); keep api_key_env_var",
-                    ("api_key",),
-                )
-            data = {k: v for k, v in data.items() if k != "api_key"}
-        settings = handler(data)
-        if key is not None:
-            settings._inline_key = SecretStr(key)
-        return settings
-
-    @property
-    def has_inline_key(self) -> bool:
-        """Whether the key is written in the config file (``api_key``), for the load warning."""
-        return self._inline_key is not None
 
     @field_validator("nim_base_url")
     @classmethod
@@ -89,14 +57,8 @@ class JailbreakDetectionConfig(BaseModel):
             return None
         return f"{self.nim_base_url.rstrip('/')}/{self.nim_server_endpoint.lstrip('/')}"
 
-    def api_key(self) -> str | None:
-        """The bearer token: ``api_key`` as written, else ``api_key_env_var`` read now (None if unset
-        or empty)."""
-        if self._inline_key is not None:
-            return self._inline_key.get_secret_value()
-        if self.api_key_env_var is None:
-            return None
-        return os.environ.get(self.api_key_env_var) or None
+    def _key_variable(self) -> str | None:
+        return self.api_key_env_var
 
 
 class ReasoningConfig(BaseModel):

@@ -22,10 +22,10 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from guardcache.errors import ConfigError
+from guardcache.openai_wire import RequestError, error_body
 
 from .connection import read_json
 from .engine import Emulator
-from .protocol import RequestError, error_body
 
 
 def admin_routes(emulator: Emulator) -> list[Route]:

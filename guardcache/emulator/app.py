@@ -24,7 +24,8 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import AsyncIterator
+import uuid
+from collections.abc import AsyncIterator, Mapping
 from typing import Any
 
 from prometheus_client import CONTENT_TYPE_LATEST
@@ -33,6 +34,15 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 from starlette.types import ASGIApp, Receive, Scope, Send
+
+from guardcache.openai_wire import (
+    RequestError,
+    chunk_body,
+    completion_body,
+    error_body,
+    usage_body,
+    vllm_error_body,
+)
 
 from .admin import admin_routes
 from .connection import (
@@ -47,17 +57,7 @@ from .connection import (
 from .engine import ContextLengthExceeded, Emulator, Generation
 from .faults import Fault
 from .images import ImageInputError
-from .protocol import (
-    ChatRequest,
-    RequestError,
-    chunk_body,
-    completion_body,
-    error_body,
-    new_completion_id,
-    sse,
-    usage_body,
-    vllm_error_body,
-)
+from .requests import ChatRequest
 from .scheduler import EmulatorStopping
 
 CHAT = "chat.completions"
@@ -141,11 +141,11 @@ class _Handlers:
             raise
         generation.release(completed=True)
         body = completion_body(
-            completion_id=new_completion_id(),
-            model=chat.model,
-            content=generation.content,
-            finish_reason=generation.finish_reason,
-            usage=self._usage(generation),
+            _completion_id(),
+            chat.model,
+            generation.content,
+            generation.finish_reason,
+            self._usage(generation),
             tool_calls=generation.tool_calls() if generation.token_calls else None,
         )
         emu.metrics.record_status(CHAT, "200")
@@ -156,7 +156,7 @@ class _Handlers:
     async def _events(
         self, request: Request, gen: Generation, chat: ChatRequest, fault: Fault | None
     ) -> AsyncIterator[bytes]:
-        cid, created = new_completion_id(), int(time.time())
+        cid, created = _completion_id(), int(time.time())
         common: dict[str, Any] = {
             "completion_id": cid,
             "model": chat.model,
@@ -176,15 +176,15 @@ class _Handlers:
                     delta = {"role": "assistant", "content": token} if first else {"content": token}
                 first = False
                 position += 1
-                yield sse(chunk_body(delta=delta, **common))
+                yield _sse(chunk_body(delta=delta, **common))
             if fault is Fault.INVALID_BODY:
                 yield f'data: {{"id": "{cid}", "object": "chat.completion.ch\n\n'.encode()
                 completed = True
                 return
-            yield sse(chunk_body(delta={}, finish_reason=gen.finish_reason, **common))
+            yield _sse(chunk_body(delta={}, finish_reason=gen.finish_reason, **common))
             if chat.include_usage:
-                yield sse(chunk_body(delta=None, usage=self._usage(gen), **common))
-            yield sse("[DONE]")
+                yield _sse(chunk_body(delta=None, usage=self._usage(gen), **common))
+            yield _sse("[DONE]")
             completed = True
         except EmulatorStopping:
             close_transport(request)
@@ -333,12 +333,11 @@ class _Handlers:
         return await drop_connection(request)
 
     def _usage(self, gen: Generation) -> dict[str, Any]:
-        return usage_body(
-            gen.prompt_tokens,
-            gen.completion_tokens,
-            gen.cached_tokens,
-            self.emu.config.cached_tokens_field,
-        )
+        """``usage``; ``prompt_tokens_details`` per the config's ``cached_tokens_field`` (always,
+        only when some prompt tokens were cached, or never), as NIM versions differ."""
+        field, cached = self.emu.config.cached_tokens_field, gen.cached_tokens
+        shown = field == "always" or (field == "nonzero" and cached > 0)
+        return usage_body(gen.prompt_tokens, gen.completion_tokens, cached_tokens=cached if shown else None)
 
 
 class _ReleasingStream(StreamingResponse):
@@ -358,3 +357,13 @@ class _ReleasingStream(StreamingResponse):
 def _truncated_json(body: Any) -> Response:
     text = json.dumps(body, ensure_ascii=False)
     return Response(text[: max(1, len(text) // 2)], media_type="application/json")
+
+
+def _completion_id() -> str:
+    return f"chatcmpl-{uuid.uuid4().hex}"
+
+
+def _sse(data: Mapping[str, Any] | str) -> bytes:
+    """One server-sent event (``data: [DONE]`` for the string)."""
+    payload = data if isinstance(data, str) else json.dumps(data, ensure_ascii=False)
+    return f"data: {payload}\n\n".encode()

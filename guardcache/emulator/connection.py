@@ -18,7 +18,8 @@ from starlette.requests import ClientDisconnect, Request
 from starlette.responses import Response, StreamingResponse
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from .protocol import RequestError
+from guardcache.openai_wire import RequestError
+
 from .scheduler import EmulatorStopping
 
 T = TypeVar("T")

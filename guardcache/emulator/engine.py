@@ -27,7 +27,7 @@ from .kvcache import Allocation, PrefixCache
 from .metrics import EmulatorMetrics
 from .model import Decision, GuardModel, duplicated, malformed
 from .policy import Policy
-from .protocol import ChatRequest
+from .requests import ChatRequest
 from .scheduler import LatencyModel, SlotGate, Stopper
 from .stats import EmulatorStats
 from .tokens import Tokenizer, input_digest, prompt_digest_of_tokens

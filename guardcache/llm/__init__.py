@@ -9,9 +9,11 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from guardcache.llm.client import DEFAULT_TIMEOUT, INPUT_REJECTED_STATUSES, ChatClient
-from guardcache.llm.lanes import PoolLimits
-from guardcache.llm.pool import DEFAULT_LIMITS, aclose_all, get_http_client
+from guardcache.llm.budget import DEFAULT_TIMEOUT
+from guardcache.llm.client import ChatClient
+from guardcache.llm.default_pools import aclose_all, get_http_client
+from guardcache.llm.failures import INPUT_REJECTED_STATUSES
+from guardcache.llm.lanes import DEFAULT_LIMITS, PoolLimits
 from guardcache.llm.records import (
     ExplainInfo,
     LLMCallInfo,
@@ -22,9 +24,9 @@ from guardcache.llm.records import (
 )
 from guardcache.llm.response import parse_usage
 from guardcache.llm.retry import RetryPolicy, parse_retry_after
-from guardcache.llm.transport import TransportSettings, check_base_url
+from guardcache.llm.settings import TransportSettings, check_base_url
+from guardcache.llm.transport_contract import Timeouts
 from guardcache.llm.types import ChatResult, Usage
-from guardcache.llm.wire import Timeouts
 
 if TYPE_CHECKING:
     from guardcache.llm.chat_model import GuardcacheChatModel, to_openai_messages

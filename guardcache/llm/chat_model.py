@@ -33,10 +33,10 @@ from langchain_core.outputs import ChatResult as LCChatResult
 from pydantic import Field, PrivateAttr, SecretStr
 
 from guardcache.llm.client import ChatClient
-from guardcache.llm.pool import aclose_all
+from guardcache.llm.default_pools import aclose_all
 from guardcache.llm.retry import RetryPolicy
+from guardcache.llm.transport_contract import MAIN_LIMITS
 from guardcache.llm.types import ChatResult
-from guardcache.llm.wire import MAIN_LIMITS
 
 
 def message_text(message: BaseMessage) -> str:

@@ -30,14 +30,14 @@ What it does, and what it leaves to others:
 - **Proxies** from the environment (``HTTP_PROXY``, ``HTTPS_PROXY``, ``ALL_PROXY``, ``NO_PROXY``),
   as curl reads them: see :mod:`guardcache.llm.proxy` (absolute form for http, a CONNECT tunnel
   for https).
-- **Limits** (:class:`~guardcache.llm.wire.WireLimits`): the head, each header field, the body,
+- **Limits** (:class:`~guardcache.llm.transport_contract.WireLimits`): the head, each header field, the body,
   the decoded body and its ratio, each event-stream line; past one, the call fails in bounded
   memory and time. A connection is polled for unread bytes before it is reused, and bytes after a
   complete answer mark it dead: a response belongs to the request that asked for it.
 - **Streams** (SSE) are read as lines as they arrive; reading pauses while more than 256 KB wait
   unread.
 
-Errors are :class:`~guardcache.llm.wire.WireError` with the same kinds as the httpx2 lane's, so
+Errors are :class:`~guardcache.llm.transport_contract.WireError` with the same kinds as the httpx2 lane's, so
 ChatClient's retries and messages do not depend on which one carried the call.
 """
 
@@ -56,20 +56,16 @@ import httptools
 
 from guardcache.llm.lanes import DEFAULT_LIMITS, USER_AGENT, LoopLanes, shared_ssl_context
 from guardcache.llm.proxy import Proxy, env_proxy, open_tunnel
-from guardcache.llm.wire import (
+from guardcache.llm.transport_contract import (
     CHECK_LIMITS,
-    BodyDecoder,
-    BodyReply,
-    LineSplitter,
     Reply,
     Timeouts,
     WireError,
     WireKind,
     WireLane,
     WireLimits,
-    decode_body,
-    dumps_body,
 )
+from guardcache.llm.wire import BodyDecoder, BodyReply, LineSplitter, decode_body, dumps_body
 
 KEEPALIVE_EXPIRY = 4.0
 """Seconds an idle connection is kept (under the 5 s keep-alive of uvicorn and many proxies)."""
@@ -705,7 +701,7 @@ class _StreamContext:
 
 
 class H1Stream:
-    """A streamed answer (implements :class:`~guardcache.llm.wire.StreamReply`)."""
+    """A streamed answer (implements :class:`~guardcache.llm.transport_contract.StreamReply`)."""
 
     __slots__ = ("conn",)
 

@@ -2,9 +2,10 @@
 admission gate. What ChatClients given ``transport=`` or ``http_client=`` (``httpx2.MockTransport``
 in tests, custom network stacks) or a :class:`ClientPool` send through; the default transport is
 guardcache's own HTTP/1.1 client (:mod:`guardcache.llm.h1_pool`, chosen in
-:mod:`guardcache.llm.pool`). Implements :class:`~guardcache.llm.wire.WireLane`: httpx2's exceptions
-come out as ``WireError`` (:func:`wire_error`, the one map). Pooling per loop and the shared limits
-and TLS context are :mod:`guardcache.llm.lanes`'.
+:mod:`guardcache.llm.default_pools`). Implements
+:class:`~guardcache.llm.transport_contract.WireLane`: httpx2's exceptions come out as ``WireError``
+(:func:`wire_error`, the one map). Pooling per loop and the shared limits and TLS context are
+:mod:`guardcache.llm.lanes`'.
 
 Why httpx2 (over httpx 0.28): it is httpx's successor from the same authors, API-identical, and
 already installed with langchain-core (through langsmith). httpx 0.28's httpcore 1.x pool rescans
@@ -42,17 +43,15 @@ from typing import Any
 import httpx2
 
 from guardcache.llm.lanes import DEFAULT_LIMITS, USER_AGENT, LoopLanes, PoolLimits, shared_ssl_context
-from guardcache.llm.wire import (
+from guardcache.llm.transport_contract import (
     CHECK_LIMITS,
-    BodyDecoder,
-    BodyReply,
-    LineSplitter,
     Reply,
     Timeouts,
     WireError,
     WireKind,
     WireLimits,
 )
+from guardcache.llm.wire import BodyDecoder, BodyReply, LineSplitter
 
 ADMISSION_FACTOR = 2
 """The admission gate lets ``ADMISSION_FACTOR * max_connections`` requests into httpx2 (see above)."""
@@ -62,7 +61,7 @@ class Lane:
     """The shared client of one base URL on one loop, and the gate that admits requests to it.
 
     ``gate`` is None when the limits set no ``max_connections`` (nothing to queue for). Implements
-    :class:`~guardcache.llm.wire.WireLane`: httpx2's exceptions come out as ``WireError``.
+    :class:`~guardcache.llm.transport_contract.WireLane`: httpx2's exceptions come out as ``WireError``.
     """
 
     __slots__ = ("client", "gate")

@@ -24,7 +24,7 @@ import urllib.parse
 import urllib.request
 from dataclasses import dataclass, field
 
-from guardcache.llm.wire import WireError, WireKind
+from guardcache.llm.transport_contract import WireError, WireKind
 
 MAX_CONNECT_HEAD = 8 * 1024
 """Bytes of a proxy's answer to ``CONNECT`` read before giving up (a head, no body)."""

@@ -18,8 +18,9 @@ from typing import Any, Protocol
 
 from guardcache.errors import BackendError, BackendProtocolError
 from guardcache.llm.response import parse_usage
+from guardcache.llm.transport_contract import WireError, WireKind, WireLimits
 from guardcache.llm.types import Usage
-from guardcache.llm.wire import WireError, WireKind, WireLimits, loads_body
+from guardcache.llm.wire import loads_body
 
 
 class StreamSource(Protocol):

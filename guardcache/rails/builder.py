@@ -10,15 +10,14 @@ from dataclasses import dataclass, field
 
 from guardcache.cache import CacheInterface
 from guardcache.cache.snapshot import Snapshotter
-from guardcache.checks.catalog import PARSERS
+from guardcache.checks.catalog import BUILDERS, PARSERS
 from guardcache.checks.check import Check, LLMCheck
-from guardcache.checks.jailbreak_detection.check import build_classify_check
 from guardcache.config import RailGroup, RailsConfig
 from guardcache.config.models import ModelConfig
 from guardcache.errors import ConfigError
 from guardcache.flows import KNOWN_FLOWS, FlowRef
 from guardcache.llm.client import ChatClient
-from guardcache.llm.wire import CHECK_LIMITS, MAIN_LIMITS
+from guardcache.llm.transport_contract import CHECK_LIMITS, MAIN_LIMITS
 from guardcache.rails.caches import build_caches
 from guardcache.rails.rail import Rail
 from guardcache.rails.snapshots import open_snapshots
@@ -57,8 +56,9 @@ class Runtime:
 
 
 def build_check(config: RailsConfig, ref: FlowRef, runtime: Runtime) -> Check:
-    """The check of one flow, found generically from its spec: the backend kind, the model it runs
-    on, its prompt and parser. Every check shares the config-wide settings and input limit."""
+    """The check of one flow, found generically: the builder its check folder names (the catalog's
+    ``BUILDERS``), else an ``LLMCheck`` on the model, prompt and parser its spec names. Every check
+    shares the config-wide settings and input limit."""
     spec = KNOWN_FLOWS[ref.name]
     model_type = config.model_type_for(ref)
     # A flow whose model entry is optional (the JailbreakDetect NIM) has a cache under its type
@@ -67,8 +67,9 @@ def build_check(config: RailsConfig, ref: FlowRef, runtime: Runtime) -> Check:
     cache = runtime.caches.get(cache_type) if cache_type is not None else None
     limit = config.rails.max_input_chars
     where = config.source or "<config>"
-    if spec.backend == "classify":
-        return build_classify_check(config, spec, cache, limit, PARSERS[spec.default_parser or ""])
+    build = BUILDERS.get(ref.name)  # a check folder that is not a chat check names its builder
+    if build is not None:
+        return build(config, spec, cache, limit, PARSERS[spec.default_parser or ""])
     if model_type is None or spec.prompt_task is None:  # validated at load; kept for safety
         raise ConfigError(f"{where}: flow {ref.text!r} has no model to run on")
     model = config.model(model_type)

@@ -29,11 +29,11 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from guardcache.cache import CacheInterface, PolicyCache, default_reporter, make_cache
-from guardcache.checks.jailbreak_detection.flows import MODEL_TYPE as JAILBREAK_TYPE
 from guardcache.config import RailsConfig
 from guardcache.config.models import MAIN_MODEL_TYPE, ModelCacheConfig, ModelConfig
 from guardcache.config.redis_env import redis_settings
 from guardcache.flows import KNOWN_FLOWS
+from guardcache.flows.jailbreak_detection import MODEL_TYPE as JAILBREAK_TYPE
 
 logger = logging.getLogger(__name__)
 
@@ -99,7 +99,7 @@ def cache_summary(config: RailsConfig, caches: Mapping[str, CacheInterface]) -> 
     plans = planned_caches(config)
     for plan in plans:
         size = f"{plan.settings.maxsize}, {plan.settings.store}"
-        if plan.settings.policy != "lfu":  # the default goes unsaid, as before policies existed
+        if plan.settings.policy != "lfu":  # the default (lfu) goes unsaid
             size += f", {plan.settings.policy}"
         if plan.settings.ttl is not None:  # so are no expiry and no version
             size += f", ttl {plan.settings.ttl:g} s"

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import functools
 import json
-from collections.abc import AsyncIterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
 from typing import Any, Protocol
 
 from guardcache.llm.client import ChatClient
@@ -70,16 +70,30 @@ def _message_classes() -> dict[str, Any]:
     return {"system": SystemMessage, "user": HumanMessage, "assistant": AIMessage, "tool": ToolMessage}
 
 
-def _bound_tools(llm: Any) -> frozenset[str]:
-    """The function names a LangChain model was given with ``bind_tools`` (OpenAI's shape in the
-    binding's ``tools``), through any bindings around it."""
-    names: set[str] = set()
+def _binding_kwargs(llm: Any) -> Iterator[Mapping[str, Any]]:
+    """The keyword arguments of ``llm`` and of every binding under it: ``llm.bind_tools([...])``
+    puts the tools in a ``RunnableBinding``'s ``kwargs``, which ``with_config`` or another ``bind``
+    wraps again (``RunnableRails`` wraps the model in ``with_config(callbacks=[])``)."""
     while llm is not None:
         kwargs = getattr(llm, "kwargs", None)
         if isinstance(kwargs, Mapping):
-            names |= tool_names(kwargs.get("tools"))
+            yield kwargs
         llm = getattr(llm, "bound", None)
+
+
+def bound_tools(llm: Any) -> frozenset[str]:
+    """The function names a LangChain model was given with ``bind_tools`` (OpenAI's shape in the
+    binding's ``tools``), through any bindings around it."""
+    names: set[str] = set()
+    for kwargs in _binding_kwargs(llm):
+        names |= tool_names(kwargs.get("tools"))
     return frozenset(names)
+
+
+def binds_tools(llm: Any) -> bool:
+    """Whether a LangChain model was given tools (or legacy functions) in any binding around it: a
+    model that may act, which must not start before the input verdict."""
+    return any(kwargs.get("tools") or kwargs.get("functions") for kwargs in _binding_kwargs(llm))
 
 
 class LangChainLLM:
@@ -90,7 +104,7 @@ class LangChainLLM:
         # Read once: on a pydantic model a missing attribute costs a raised AttributeError per turn.
         self.model_name: str | None = getattr(llm, "model_name", None) or getattr(llm, "model", None)
         # The tools bound to the model (``llm.bind_tools``): the only ones its tool calls may name.
-        self.tool_names = _bound_tools(llm)
+        self.tool_names = bound_tools(llm)
 
     def _messages(self, messages: Sequence[dict[str, Any]]) -> list[Any]:
         kinds = _message_classes()

@@ -77,256 +77,28 @@ unguarded.
 from __future__ import annotations
 
 import asyncio
-import contextvars
 import logging
-from collections.abc import AsyncIterator, Coroutine, Iterator, Mapping, Sequence
-from concurrent.futures import ThreadPoolExecutor
-from types import TracebackType
-from typing import Any, NamedTuple, TypeVar
+from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
+from typing import Any
 
-from langchain_core.language_models import BaseLanguageModel
-from langchain_core.messages import AIMessage, AIMessageChunk, BaseMessage, ChatMessage
-from langchain_core.prompt_values import PromptValue, StringPromptValue
-from langchain_core.runnables import Runnable, RunnableBinding, RunnableConfig
+from langchain_core.messages import AIMessage, BaseMessage
+from langchain_core.runnables import Runnable, RunnableConfig
 from langchain_core.runnables.base import RunnableSequence, coerce_to_runnable
 from langchain_core.runnables.config import get_config_list
 
 from guardcache.config import RailsConfig
 from guardcache.errors import ConfigError
-from guardcache.llm.stream import StreamTotals
-from guardcache.llm.types import ChatResult
+from guardcache.rails.blocking import DONE, BlockingLoop, next_or_done
+from guardcache.rails.langchain_shapes import read_input, replaced, shaped
 from guardcache.rails.llmrails import LLMRails
-from guardcache.rails.main_llm import LangChainLLM, add_tool_call_chunks
-from guardcache.rails.messages import Message, read_messages
 from guardcache.rails.runner import GuardedTurn, TurnRunner
 from guardcache.rails.streaming import GuardedStream
-from guardcache.rails.tools import to_langchain
+from guardcache.rails.wrapped_main import CALL, Call, WrappedMain, is_model
 
 logger = logging.getLogger(__name__)
 
-T = TypeVar("T")
-
 DEFAULT_MAX_CONCURRENCY = 32
 """Turns ``batch``/``abatch`` run at once when the config names no ``max_concurrency``."""
-
-# -- what the caller passed, and the shape of what it gets back ------------------------------------
-
-_TEXT, _MESSAGE, _DICT = "text", "message", "dict"
-
-
-class _Shape(NamedTuple):
-    kind: str  # the reply as text, as an AIMessage, or as a {"role", "content"} dict
-    keyed: bool  # wrapped as {output_key: reply} (the input was a dict)
-
-
-def _as_message(item: Any) -> Any:
-    """A LangChain ``ChatMessage`` (type ``"chat"``) as the dict of its role; anything else as is."""
-    if isinstance(item, ChatMessage):
-        return {"role": item.role, "content": item.content}
-    return item
-
-
-def _list_kind(items: Sequence[Any]) -> str:
-    return _MESSAGE if items and all(isinstance(m, BaseMessage) for m in items) else _DICT
-
-
-def _read_value(value: Any, where: str) -> tuple[list[Message], str] | None:
-    """Messages and reply kind of a text, prompt value, message or list of messages (else None)."""
-    if isinstance(value, str):
-        return [{"role": "user", "content": value}], _TEXT
-    if isinstance(value, StringPromptValue):
-        return [{"role": "user", "content": value.text}], _TEXT
-    if isinstance(value, PromptValue):  # ChatPromptValue
-        items = value.to_messages()
-        return read_messages([_as_message(m) for m in items], where), _MESSAGE
-    if isinstance(value, BaseMessage):
-        return read_messages([_as_message(value)], where), _MESSAGE
-    if isinstance(value, list):
-        return read_messages([_as_message(m) for m in value], where), _list_kind(value)
-    return None
-
-
-def _read_input(value: Any, input_key: str) -> tuple[list[Message], _Shape]:
-    """The turn's messages and the shape of its reply, from any input NeMo's RunnableRails takes."""
-    read = _read_value(value, "input")
-    if read is not None:
-        return read[0], _Shape(read[1], keyed=False)
-    if isinstance(value, Mapping):
-        key = input_key if input_key in value else "input" if "input" in value else None
-        if key is None:
-            raise ValueError(
-                f"RunnableRails: expected the key {input_key!r} (or 'input') in the input dict; "
-                f"it has {sorted(map(str, value))}"
-            )
-        read = _read_value(value[key], f"input[{key!r}]")
-        if read is None:
-            raise ValueError(
-                f"RunnableRails: input[{key!r}] must be a str, a message or a list of messages, "
-                f"not {type(value[key]).__name__}"
-            )
-        return read[0], _Shape(read[1], keyed=True)
-    raise ValueError(
-        f"RunnableRails: unsupported input type {type(value).__name__!r}; supported: str, a dict with "
-        "the input key, a message, a list of messages, ChatPromptValue, StringPromptValue"
-    )
-
-
-def _content_text(content: Any) -> str:
-    """The text of a message's content: a str, or the text parts of a list (other parts are not
-    text the rails can read, and are never handed on)."""
-    if isinstance(content, str):
-        return content
-    if isinstance(content, list):
-        parts = []
-        for part in content:
-            if isinstance(part, str):
-                parts.append(part)
-            elif isinstance(part, Mapping) and part.get("type") == "text":
-                parts.append(str(part.get("text") or ""))
-        return "".join(parts)
-    return "" if content is None else str(content)
-
-
-def _output_text(output: Any, output_key: str) -> str:
-    """The text of what the wrapped model or chain returned, for the output rails."""
-    inner = output[output_key] if isinstance(output, Mapping) and output_key in output else output
-    if isinstance(inner, str):
-        return inner
-    if isinstance(inner, BaseMessage):
-        return _content_text(inner.content)
-    if isinstance(inner, Mapping) and "role" in inner and isinstance(inner.get("content"), str):
-        return str(inner["content"])  # {"role": "assistant", "content": ...}
-    raise ValueError(
-        f"RunnableRails: the wrapped runnable returned {type(output).__name__}; the output rails need "
-        f"its text: a str, a message, or a dict with {output_key!r} holding one"
-    )
-
-
-def _chunk_text(chunk: Any, output_key: str) -> str:
-    """The text of one streamed chunk ("" for a dict chunk without the output key)."""
-    if isinstance(chunk, Mapping) and output_key not in chunk:
-        return ""
-    return _output_text(chunk, output_key)
-
-
-def _ai_message(text: str, like: Any = None, calls: Sequence[Mapping[str, Any]] = ()) -> AIMessage:
-    """An ``AIMessage`` holding ``text`` and the judged tool ``calls``; with the id and metadata of
-    ``like`` (the model's own reply), never its own tool calls or extra fields: the rails judged
-    ``calls``, not the reply object."""
-    tool_calls = to_langchain(calls)
-    if not isinstance(like, BaseMessage):
-        return AIMessage(content=text, tool_calls=tool_calls)
-    usage = getattr(like, "usage_metadata", None)
-    return AIMessage(
-        content=text,
-        id=like.id,
-        response_metadata=dict(like.response_metadata),
-        usage_metadata=usage,
-        tool_calls=tool_calls,
-    )
-
-
-def _replaced(output: Any, text: str, output_key: str) -> Any:
-    """A wrapped chain's ``output`` with its text replaced by ``text`` (the checked text or the
-    refusal), in the type the chain returned."""
-    if isinstance(output, Mapping) and output_key in output:
-        return {**output, output_key: _replaced(output[output_key], text, output_key)}
-    if isinstance(output, BaseMessage):
-        return _ai_message(text, output)
-    if isinstance(output, Mapping) and "role" in output:
-        return {"role": "assistant", "content": text}
-    return text
-
-
-# -- the wrapped model or chain as the main model --------------------------------------------------
-
-
-class _Call:
-    """One turn's call of the wrapped runnable: the caller's input, and what the runnable returned."""
-
-    __slots__ = ("input", "output")
-
-    def __init__(self, value: Any) -> None:
-        self.input = value
-        self.output: Any = None
-
-
-_CALL: contextvars.ContextVar[_Call | None] = contextvars.ContextVar("guardcache_runnable_call", default=None)
-"""The running turn's call (the turn's tasks copy it: an early main call sees it too)."""
-
-
-class _WrappedMain(LangChainLLM):
-    """The main model slot of ``guardrails | llm`` (or ``| chain``).
-
-    A model gets the turn's messages (as ``LLMRails(config, llm=...)``); a chain gets the caller's
-    original input. Either runs with ``callbacks=[]``: its raw answer is unchecked, and the run's
-    callbacks (stream events an app may show its user) must only see the rails' checked output.
-    """
-
-    def __init__(self, runnable: Runnable[Any, Any], *, chain: bool, output_key: str) -> None:
-        super().__init__(runnable.with_config(callbacks=[]))
-        self.chain = chain
-        self.output_key = output_key
-
-    def _input(self, messages: Sequence[dict[str, str]]) -> Any:
-        if not self.chain:
-            return self._messages(messages)
-        call = _CALL.get()
-        if call is None:
-            raise RuntimeError("a chain wrapped by RunnableRails runs only in a RunnableRails turn")
-        return call.input
-
-    def _bound(self, params: Mapping[str, Any]) -> Any:
-        return self.llm.bind(**params) if params and not self.chain else self.llm
-
-    async def complete(self, messages: Sequence[dict[str, str]], **params: Any) -> ChatResult:
-        output = await self._bound(params).ainvoke(self._input(messages))
-        call = _CALL.get()
-        if call is not None:
-            call.output = output
-        text = _output_text(output, self.output_key)
-        if not self.chain and isinstance(output, BaseMessage):  # a model's reply: its tool calls too
-            return self._result(output, text)
-        usage = self._usage(getattr(output, "usage_metadata", None))
-        return ChatResult(content=text, usage=usage, duration=0.0, finish_reason="stop")
-
-    async def stream(
-        self, messages: Sequence[dict[str, str]], totals: StreamTotals, **params: Any
-    ) -> AsyncIterator[str]:
-        meta: dict[str, Any] = {}
-        async for chunk in self._bound(params).astream(self._input(messages)):
-            usage = getattr(chunk, "usage_metadata", None)
-            if usage:
-                for key in ("input_tokens", "output_tokens", "total_tokens"):
-                    meta[key] = meta.get(key, 0) + int(usage.get(key, 0) or 0)
-            text = _chunk_text(chunk, self.output_key)
-            if text:
-                yield text
-            if not self.chain:
-                add_tool_call_chunks(totals, chunk)
-        totals.usage = self._usage(meta)
-        totals.finish_reason = "tool_calls" if totals.tool_calls else "stop"
-
-
-def _is_model(value: Any) -> bool:
-    """A LangChain language model, or a binding of one (``llm.bind(...)``, ``llm.with_config()``)."""
-    while isinstance(value, RunnableBinding):
-        value = value.bound
-    return isinstance(value, BaseLanguageModel)
-
-
-def _call_chunks(calls: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
-    """Judged tool calls as one stream chunk's ``tool_call_chunks`` (each whole, by index)."""
-    return [
-        {
-            "name": call["function"]["name"],
-            "args": call["function"]["arguments"],
-            "id": call.get("id") or None,
-            "index": i,
-            "type": "tool_call_chunk",
-        }
-        for i, call in enumerate(calls)
-    ]
 
 
 def _runner_of(config: RailsConfig | LLMRails | TurnRunner) -> TurnRunner:
@@ -339,61 +111,6 @@ def _runner_of(config: RailsConfig | LLMRails | TurnRunner) -> TurnRunner:
     if isinstance(config, LLMRails):
         return config.runner
     raise TypeError(f"RunnableRails takes a RailsConfig or an LLMRails, not {type(config).__name__}")
-
-
-# -- blocking calls ----------------------------------------------------------------------------------
-
-
-class _Loop:
-    """Runs a blocking call's coroutines on one private event loop, in this thread; in a worker
-    thread when this thread already runs a loop (a notebook), where ``asyncio.run`` cannot. On
-    close, the loop's connections are closed, as ``LLMRails.generate()`` does."""
-
-    def __init__(self, rails: TurnRunner) -> None:
-        self._rails = rails
-        self._loop = asyncio.new_event_loop()
-        self._worker: ThreadPoolExecutor | None = None
-        try:
-            asyncio.get_running_loop()
-        except RuntimeError:
-            pass
-        else:
-            self._worker = ThreadPoolExecutor(1, thread_name_prefix="guardcache-runnable")
-
-    def run(self, coro: Coroutine[Any, Any, T]) -> T:
-        if self._worker is None:
-            return self._loop.run_until_complete(coro)
-        context = contextvars.copy_context()  # the caller's (LangChain's run config among them)
-        return self._worker.submit(context.run, self._loop.run_until_complete, coro).result()
-
-    def close(self) -> None:
-        try:
-            self.run(self._rails.aclose(flush=False))
-            self.run(self._loop.shutdown_asyncgens())
-        finally:
-            if self._worker is None:
-                self._loop.close()
-            else:
-                self._worker.submit(self._loop.close).result()
-                self._worker.shutdown()
-
-    def __enter__(self) -> _Loop:
-        return self
-
-    def __exit__(
-        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
-    ) -> None:
-        self.close()
-
-
-_DONE = object()
-
-
-async def _next(iterator: AsyncIterator[T]) -> T | object:
-    try:
-        return await iterator.__anext__()
-    except StopAsyncIteration:
-        return _DONE
 
 
 async def _one(value: Any) -> AsyncIterator[Any]:
@@ -466,19 +183,19 @@ class RunnableRails(Runnable[Any, Any]):
         runner = base
         where = base.config.source or "<config>"
         if llm is not None:
-            if not _is_model(llm):
+            if not is_model(llm):
                 raise TypeError(
                     f"RunnableRails(llm=...) takes a LangChain language model, not {type(llm).__name__}; "
                     "wrap a chain with runnable=..."
                 )
-            runner = base.with_main(_WrappedMain(llm, chain=False, output_key=output_key))
+            runner = base.with_main(WrappedMain(llm, chain=False, output_key=output_key))
         elif runnable is not None:
             if base.config.rails.input.during_main:
                 raise ConfigError(
                     f"{where}: rails.input.during_main: a wrapped chain may act; it must not start "
                     "before the input verdict (wrap a model instead, or turn during_main off)"
                 )
-            runner = base.with_main(_WrappedMain(runnable, chain=True, output_key=output_key))
+            runner = base.with_main(WrappedMain(runnable, chain=True, output_key=output_key))
         self._runner = runner
         self.rails = config if isinstance(config, LLMRails) and runner is base else LLMRails.on_runner(runner)
 
@@ -489,7 +206,7 @@ class RunnableRails(Runnable[Any, Any]):
         these rails' caches). ``guardrails | chain`` wraps the chain when the rails have no main
         model; anything else (or rails that already have one) makes a plain sequence."""
         if self.llm is None and self.runnable is None:
-            if _is_model(other):
+            if is_model(other):
                 return self._derive(llm=other)
             if self._runner.main is None:
                 return self._derive(runnable=coerce_to_runnable(other))
@@ -534,16 +251,16 @@ class RunnableRails(Runnable[Any, Any]):
         return None
 
     async def _turn(self, value: Any) -> Any:
-        messages, shape = _read_input(value, self.input_key)
+        messages, shape = read_input(value, self.input_key)
         self._require_main()
         rails = self._runner
-        call = _Call(value)
-        token = _CALL.set(call)
+        call = Call(value)
+        token = CALL.set(call)
         try:
             turn = GuardedTurn(rails, messages)
             reply = await turn.complete()
         finally:
-            _CALL.reset(token)
+            CALL.reset(token)
         blocked = turn.blocked
         text = self._refusal(blocked) or reply
         if self.runnable is not None:  # a wrapped chain
@@ -553,51 +270,28 @@ class RunnableRails(Runnable[Any, Any]):
                 if isinstance(call.output, BaseMessage):
                     return AIMessage(content=text)
                 return {self.output_key: text} if isinstance(call.output, Mapping) else text
-            return _replaced(call.output, text, self.output_key)
+            return replaced(call.output, text, self.output_key)
         like = call.output if blocked is None else None
-        return self._shaped(text, shape, like=like, calls=turn.tool_calls)
-
-    def _shaped(
-        self,
-        text: str,
-        shape: _Shape,
-        *,
-        like: Any = None,
-        chunk: bool = False,
-        calls: Sequence[Mapping[str, Any]] = (),
-    ) -> Any:
-        value: Any
-        if shape.kind == _TEXT:
-            value = text
-        elif shape.kind == _MESSAGE:
-            if chunk:
-                value = AIMessageChunk(content=text, tool_call_chunks=_call_chunks(calls))  # type: ignore[arg-type]
-            else:
-                value = _ai_message(text, like, calls)
-        elif calls:
-            value = {"role": "assistant", "content": text, "tool_calls": [dict(c) for c in calls]}
-        else:
-            value = {"role": "assistant", "content": text}
-        return {self.output_key: value} if shape.keyed else value
+        return shaped(text, shape, self.output_key, like=like, calls=turn.tool_calls)
 
     async def _stream_turn(self, inputs: AsyncIterator[Any]) -> AsyncIterator[Any]:
         value = [item async for item in inputs][-1]  # astream hands over its one input
-        messages, shape = _read_input(value, self.input_key)
+        messages, shape = read_input(value, self.input_key)
         self._require_main()
         stream = GuardedStream(self._runner, messages, stream_main=None)
         async with stream:  # closes the turn (and the main call) if the caller stops early
-            token = _CALL.set(_Call(value))
+            token = CALL.set(Call(value))
             try:
-                piece = await _next(stream)  # starts the turn's task, which copies this context
+                piece = await next_or_done(stream)  # starts the turn's task, which copies this context
             finally:
-                _CALL.reset(token)
-            while piece is not _DONE:
+                CALL.reset(token)
+            while piece is not DONE:
                 assert isinstance(piece, str)
                 text = self._refusal(stream.blocked) or piece  # the refusal is a blocked stream's last piece
-                yield self._shaped(text, shape, chunk=True)
-                piece = await _next(stream)
+                yield shaped(text, shape, self.output_key, chunk=True)
+                piece = await next_or_done(stream)
             if stream.tool_calls:  # judged whole at the end: one last piece carries them
-                yield self._shaped("", shape, chunk=True, calls=stream.tool_calls)
+                yield shaped("", shape, self.output_key, chunk=True, calls=stream.tool_calls)
 
     # -- the Runnable interface ------------------------------------------------------------------------
 
@@ -606,7 +300,7 @@ class RunnableRails(Runnable[Any, Any]):
         return self._call_with_config(self._invoke_blocking, input, config)
 
     def _invoke_blocking(self, value: Any) -> Any:
-        with _Loop(self._runner) as runner:
+        with BlockingLoop(self._runner) as runner:
             return runner.run(self._turn(value))
 
     async def ainvoke(self, input: Any, config: RunnableConfig | None = None, **kwargs: Any) -> Any:
@@ -624,10 +318,10 @@ class RunnableRails(Runnable[Any, Any]):
 
     def stream(self, input: Any, config: RunnableConfig | None = None, **kwargs: Any) -> Iterator[Any]:
         """:meth:`astream`, blocking: each piece is yielded as it comes."""
-        runner = _Loop(self._runner)
+        runner = BlockingLoop(self._runner)
         pieces = self.astream(input, config)
         try:
-            while (piece := runner.run(_next(pieces))) is not _DONE:
+            while (piece := runner.run(next_or_done(pieces))) is not DONE:
                 yield piece
         finally:
             try:
@@ -682,7 +376,7 @@ class RunnableRails(Runnable[Any, Any]):
         """:meth:`abatch`, blocking (one event loop for the whole batch)."""
         if not inputs:
             return []
-        with _Loop(self._runner) as runner:
+        with BlockingLoop(self._runner) as runner:
             return runner.run(self.abatch(inputs, config, return_exceptions=return_exceptions))
 
 

@@ -58,12 +58,12 @@ from guardcache.checks.verdict import MESSAGE, TOOL_CALL, TOOL_RESULT, RailResul
 from guardcache.config import RailGroup, RailsConfig
 from guardcache.config.models import check_model_keys
 from guardcache.errors import BackendError, ConfigError
-from guardcache.llm.pool import aclose_all
+from guardcache.llm.default_pools import aclose_all
 from guardcache.llm.records import LLMCallInfo, record_call, request_scope
 from guardcache.llm.types import ChatResult, Usage
 from guardcache.rails.builder import build_runtime
 from guardcache.rails.caches import log_caches
-from guardcache.rails.main_llm import ClientLLM, LangChainLLM, MainLLM, StreamTotals
+from guardcache.rails.main_llm import ClientLLM, LangChainLLM, MainLLM, StreamTotals, binds_tools
 from guardcache.rails.messages import Message, history, last_index, message_text
 from guardcache.rails.rail import Rail
 from guardcache.rails.shadow import Rng, ShadowRails
@@ -109,11 +109,7 @@ class TurnRunner:
         self.shadow: ShadowRails | None = ShadowRails.build(config, self.runtime, shadow_rng)
         self.main: MainLLM | None = None
         if llm is not None:
-            if config.rails.input.during_main and _binds_tools(llm):
-                raise ConfigError(
-                    f"{config.source or '<config>'}: rails.input.during_main: the main model has tools "
-                    "bound; a model that acts must not start before the input verdict"
-                )
+            _refuse_acting_early(config, llm)
             self.main = LangChainLLM(llm)
         elif "main" in config.model_types:
             # The main model's generation settings (parsed at validation) go with every turn.
@@ -154,6 +150,8 @@ class TurnRunner:
     def with_main(self, main: MainLLM) -> TurnRunner:
         """These rails with another main model: the same config, rails, clients and caches (a
         shallow copy), its own main model and last turn (``RunnableRails`` around a model)."""
+        if isinstance(main, LangChainLLM):
+            _refuse_acting_early(self.config, main.llm)
         runner = copy.copy(self)
         runner.main = main
         runner.last = None
@@ -691,10 +689,14 @@ def _blocker(results: Sequence[RailResult]) -> RailResult | None:
     return None
 
 
-def _binds_tools(llm: Any) -> bool:
-    """Whether a LangChain model was given tools (``bind_tools`` returns a binding with them)."""
-    kwargs = getattr(llm, "kwargs", None)
-    return isinstance(kwargs, Mapping) and bool(kwargs.get("tools") or kwargs.get("functions"))
+def _refuse_acting_early(config: RailsConfig, llm: Any) -> None:
+    """``rails.input.during_main`` starts the main model before the input verdict: refused for a
+    LangChain model with tools bound (in any binding around it), which may act on an unjudged input."""
+    if config.rails.input.during_main and binds_tools(llm):
+        raise ConfigError(
+            f"{config.source or '<config>'}: rails.input.during_main: the main model has tools "
+            "bound; a model that acts must not start before the input verdict"
+        )
 
 
 _NOT_RUN = TurnInfo()

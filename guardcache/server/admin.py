@@ -4,9 +4,9 @@ On only with ``--admin-key-env NAME`` (the route is not there otherwise: 404), a
 ``Authorization: Bearer <the key in NAME>``, compared in constant time (401 otherwise): the client
 key of ``--api-key-env`` does not open it, nor does the admin key open the other routes. The body
 is optional, ``{"models": ["content_safety", ...]}`` (model types; default: every cached model), and
-read with every limit of a body route (size, time, JSON depth, concurrency: the middleware serves it
-as the routes of ``body_routes.py``; it is not in that list because it has a key of its own and is
-absent without it).
+read with every limit of a body route (size, time, JSON depth, concurrency: it goes down the same
+stack as the routes of ``body_routes.py``; it is not in their list because it has a key of its own
+and is absent without it).
 
 Why a board in a folder: a request reaches one worker, and the workers are processes that share
 nothing but what ``guardcache serve`` gives them. The command makes a private runtime folder (mode
@@ -39,14 +39,14 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-from guardcache.server.intake import json_response
-from guardcache.server.protocol import RequestError, parse_json
+from guardcache.openai_wire import RequestError
+from guardcache.server.answers import error_response
+from guardcache.server.protocol import parse_json
 from guardcache.server.responses import JSONResponse
 from guardcache.server.state import ServerState
 
 log = logging.getLogger("guardcache.server")
 
-ADMIN_CLEAR_PATH = "/admin/cache/clear"
 POLL_INTERVAL_S = 0.1
 """How often each worker reads the board."""
 ACK_WAIT_S = 5.0
@@ -197,7 +197,8 @@ class CacheClearing:
         try:
             models = self._requested(raw)
         except RequestError as exc:
-            return json_response(exc.body(), exc.status)
+            self.state.metrics.refused(exc)
+            return error_response(exc)
         shared, failed = await self._clear_shared(models)
         dropped = self.clear_here(models)
         acknowledged, expected = 1, 1
@@ -219,8 +220,8 @@ class CacheClearing:
         }
         if failed:
             body["error"] = {"message": f"the shared tier was not cleared: {failed}", "code": "redis_error"}
-            return json_response(body, 503)
-        return json_response(body, 200 if acknowledged >= expected else 202)
+            return JSONResponse(body, 503)
+        return JSONResponse(body, 200 if acknowledged >= expected else 202)
 
     def _apply_own(self, version: int, models: list[str]) -> None:
         """This worker cleared already: record the new version as seen (when nothing came between)
@@ -269,4 +270,4 @@ class CacheClearing:
             return {}, f"{type(exc).__name__}: {exc}"
 
 
-__all__ = ["ACK_WAIT_S", "ADMIN_CLEAR_PATH", "POLL_INTERVAL_S", "CacheClearing", "ClearBoard"]
+__all__ = ["ACK_WAIT_S", "POLL_INTERVAL_S", "CacheClearing", "ClearBoard"]

@@ -24,82 +24,58 @@ never occurs (no guardcache rail rewrites text).
 
 from __future__ import annotations
 
-import logging
-import time
 from typing import Any
 
-from starlette.types import ASGIApp
-
+from guardcache.openai_wire import RequestError, kind_of
 from guardcache.rails.messages import Message, history, last_index, message_text, read_messages
+from guardcache.server import gateway
 from guardcache.server.gateway import (
     INPUT,
     MESSAGE,
     OUTPUT,
     TOOL_CALL,
     TOOL_RESULT,
+    Checked,
+    GatewayRoute,
     Item,
-    extension,
-    need_rails,
-    observe,
-    run_items,
-    select_config_id,
-    tool_call_texts,
+    Judging,
 )
-from guardcache.server.intake import error_response, json_response
-from guardcache.server.protocol import RequestError, error_body, kind_of, parse_json
-from guardcache.server.state import ServerState
-
-log = logging.getLogger("guardcache.server")
 
 RAIL_TYPES = (INPUT, OUTPUT)
 """The ``guardrails.rail_types`` guardcache runs; NeMo's others (``tool_call``, ``tool_result``,
 ``dialog``, ``retrieval``) are a 400 naming the field."""
 
 
-class ChecksHandler:
+class ChecksHandler(GatewayRoute):
     """The ``/v1/checks`` route: a body in, NeMo's answer (or a 4xx) out."""
 
-    def __init__(self, state: ServerState) -> None:
-        self.state = state
+    MODE = "checks"
+    POSITION = "message"
 
-    async def handle(self, raw: bytes) -> ASGIApp:
-        """Check the request's messages (the body ``raw``, read within the limits)."""
-        started = time.monotonic()
-        state = self.state
+    def judging(self, body: Any, started: float) -> Judging:
+        """The request's messages and what runs on them (``context``: the messages and the index
+        of the one whose text a passed answer returns)."""
+        config_id, raw_messages, rail_types = self._read(body)
+        rails = self.state.rails[config_id]
         try:
-            body = parse_json(raw, state.settings.max_json_depth)
-            config_id, raw_messages, rail_types = self._read(body)
-            runner = state.rails[config_id].runner
-            try:
-                messages = read_messages(raw_messages, images=state.rails[config_id].image_limits)
-            except (TypeError, ValueError) as exc:
-                text = str(exc)
-                param = text.split(":", 1)[0].split(" ", 1)[0] if text.startswith("messages[") else "messages"
-                raise RequestError(f"{text}.", param=param) from None
-            items, content_at = _items(messages, raw_messages, rail_types, config_id, runner)
-        except RequestError as exc:
-            state.metrics.reject("unknown_config" if exc.code == "config_not_found" else "invalid")
-            return error_response(exc)
-        try:
-            checked = await run_items(runner, items)
-        except Exception as exc:  # a bug: never an answer that reads as passed
-            log.error("checks failed unexpectedly (%s)", type(exc).__name__, exc_info=exc)
-            state.metrics.observe_failed_turn(config_id, "checks", "error", time.monotonic() - started)
-            return json_response(
-                error_body("Internal error; see the server log for this request id.", "server_error"), 500
-            )
-        observe(state, config_id, checked, "checks", started)
+            messages = read_messages(raw_messages, images=rails.image_limits)
+        except (TypeError, ValueError) as exc:
+            text = str(exc)
+            param = text.split(":", 1)[0].split(" ", 1)[0] if text.startswith("messages[") else "messages"
+            raise RequestError(f"{text}.", param=param) from None
+        items, content_at = _items(messages, raw_messages, rail_types, config_id, rails.runner)
+        return Judging(config_id, rails.runner, items, (messages, content_at))
+
+    def answer(self, judging: Judging, checked: Checked) -> dict[str, Any]:
+        """NeMo's: passed with the checked text, or blocked with the refusal and the rail."""
+        messages, content_at = judging.context
         found = checked.blocked
-        answer: dict[str, Any]
         if found is None:
             content = messages[content_at]["content"] if content_at is not None else ""
-            answer = {"status": "passed", "content": message_text(content)}
-        else:
-            user_at = last_index(messages, "user")
-            refusal = runner.refusal(messages[user_at]["content"] if user_at is not None else "")
-            answer = {"status": "blocked", "content": refusal, "rail": found[1].flow}
-        answer["guardcache"] = extension(checked, config_id, "message")
-        return json_response(answer)
+            return {"status": "passed", "content": message_text(content)}
+        user_at = last_index(messages, "user")
+        refusal = judging.runner.refusal(messages[user_at]["content"] if user_at is not None else "")
+        return {"status": "blocked", "content": refusal, "rail": found[1].flow}
 
     def _read(self, body: Any) -> tuple[str, list[Any], tuple[str, ...] | None]:
         """The config id, the messages (NeMo's ``context`` messages left out) and the rail types
@@ -123,7 +99,8 @@ class ChecksHandler:
         model = body.get("model")
         if model is not None and not isinstance(model, str):
             raise RequestError(f"'model' must be a string, not {kind_of(model)}.", param="model")
-        config_id = select_config_id(self.state, (guardrails, "guardrails."), (body, ""), model=model or None)
+        sources = ((guardrails, "guardrails."), (body, ""))
+        config_id = gateway.select_config_id(self.state, *sources, model=model or None)
         raw_messages = body.get("messages")
         if not isinstance(raw_messages, list):
             raise RequestError(
@@ -182,7 +159,7 @@ def _items(
     else:
         directions = list(rail_types)
         for direction in directions:
-            need_rails(runner, direction, config_id, "guardrails.rail_types")
+            gateway.need_rails(runner, direction, config_id, "guardrails.rail_types")
     items: list[Item] = []
     content_at = user_at
     if INPUT in directions:
@@ -211,7 +188,7 @@ def _items(
             "history": history(messages, asked if asked is not None else 0),
         }
         calls = raw[bot_at].get("tool_calls") if isinstance(raw[bot_at], dict) else None
-        texts = tool_call_texts(calls, f"messages[{bot_at}].tool_calls")
+        texts = gateway.tool_call_texts(calls, f"messages[{bot_at}].tool_calls")
         content = messages[bot_at]["content"]
         if content or not texts:  # an assistant turn that only called tools: its calls are judged
             items.append(Item(OUTPUT, bot_at, MESSAGE, {**base, "bot_response": content}))

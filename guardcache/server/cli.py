@@ -186,8 +186,9 @@ def _serve(args: argparse.Namespace, runtime_dir: str | None) -> int:
     import uvicorn
 
     from guardcache.config.models import check_model_keys
-    from guardcache.server.app import configure_logging, create_app
+    from guardcache.server.app import create_app
     from guardcache.server.connections import HeadLimits
+    from guardcache.server.request_id import configure_logging
     from guardcache.server.settings import SETTINGS_ENV, ServeSettings, load_configs
 
     level = "debug" if getattr(args, "verbose", False) else "info"

@@ -43,8 +43,8 @@ import h11
 from uvicorn.protocols.http.h11_impl import H11Protocol
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
+from guardcache.server.client_watch import DISCONNECT, DisconnectHook
 from guardcache.server.metrics import count_connection_refusal
-from guardcache.server.responses import DISCONNECT, DisconnectHook
 
 log = logging.getLogger("guardcache.server")
 

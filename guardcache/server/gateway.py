@@ -8,7 +8,9 @@ the variables one run of a direction's rails gets, and where in the request it c
 items of one request run in one request scope (one turn record: what ``/metrics`` counts and the
 answer reports), the input rails first; a block there skips the output rails, as in a chat turn.
 Every check is the same cached check a chat turn makes, so a text a chat turn already judged is a
-cache hit here and the other way round.
+cache hit here and the other way round. :class:`GatewayRoute` is what both routes do around their
+own reading and answer: the body parsed, refusals counted and answered, the items run, a bug
+answered 500 (never an answer that reads as passed), the request counted, guardcache's object added.
 """
 
 from __future__ import annotations
@@ -16,19 +18,27 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import logging
 import time
 from collections.abc import Mapping, Sequence
-from typing import Any, NamedTuple
+from typing import Any, ClassVar, NamedTuple
+
+from starlette.types import ASGIApp
 
 from guardcache.checks.verdict import MESSAGE as MESSAGE_KIND
 from guardcache.checks.verdict import RailResult
 from guardcache.config import RailGroup
 from guardcache.llm.records import request_scope
+from guardcache.openai_wire import RequestError, kind_of
 from guardcache.rails.rail import Rail
 from guardcache.rails.runner import TurnRunner, run_group
 from guardcache.rails.turn import CheckResult, TurnInfo
-from guardcache.server.protocol import RequestError, kind_of
+from guardcache.server.answers import error_response, internal_error
+from guardcache.server.protocol import parse_json
+from guardcache.server.responses import JSONResponse
 from guardcache.server.state import ServerState
+
+log = logging.getLogger("guardcache.server")
 
 INPUT = "input"
 OUTPUT = "output"
@@ -274,6 +284,61 @@ def observe(state: ServerState, config_id: str, checked: Checked, mode: str, sta
     )
 
 
+class Judging(NamedTuple):
+    """What a gateway request asks: the config, its runner, the items to run, and what the route's
+    answer needs besides the results (``context``: the route's own)."""
+
+    config_id: str
+    runner: TurnRunner
+    items: list[Item]
+    context: Any = None
+
+
+class GatewayRoute:
+    """A gateway route: :meth:`judging` reads the request, :meth:`answer` answers its results;
+    :meth:`handle` is the rest, the same for every gateway route."""
+
+    MODE: ClassVar[str]
+    """The route's ``mode`` in ``/metrics`` (and its log lines)."""
+    POSITION: ClassVar[str]
+    """The index field of a rail's report (``message`` or ``text``: what the request lists)."""
+
+    def __init__(self, state: ServerState) -> None:
+        self.state = state
+
+    def judging(self, body: Any, started: float) -> Judging | ASGIApp:
+        """What the decoded ``body`` asks (or an answer given without running a rail); a
+        :class:`RequestError` naming the field otherwise."""
+        raise NotImplementedError
+
+    def answer(self, judging: Judging, checked: Checked) -> dict[str, Any]:
+        """The route's own answer to the results (guardcache's object is added to it)."""
+        raise NotImplementedError
+
+    async def handle(self, raw: bytes) -> ASGIApp:
+        """Judge the request (the body ``raw``, read within the limits)."""
+        started = time.monotonic()
+        state = self.state
+        try:
+            judging = self.judging(parse_json(raw, state.settings.max_json_depth), started)
+        except RequestError as exc:
+            state.metrics.refused(exc)
+            return error_response(exc)
+        if not isinstance(judging, Judging):
+            return judging
+        config_id = judging.config_id
+        try:
+            checked = await run_items(judging.runner, judging.items)
+        except Exception as exc:  # a bug: never an answer that reads as passed
+            log.error("%s: the checks failed unexpectedly (%s)", self.MODE, type(exc).__name__, exc_info=exc)
+            state.metrics.observe_failed_turn(config_id, self.MODE, "error", time.monotonic() - started)
+            return internal_error()
+        observe(state, config_id, checked, self.MODE, started)
+        answer = self.answer(judging, checked)
+        answer["guardcache"] = extension(checked, config_id, self.POSITION)
+        return JSONResponse(answer)
+
+
 __all__ = [
     "INPUT",
     "MESSAGE",
@@ -282,7 +347,9 @@ __all__ = [
     "TOOL_CALL",
     "TOOL_RESULT",
     "Checked",
+    "GatewayRoute",
     "Item",
+    "Judging",
     "Outcome",
     "extension",
     "need_rails",

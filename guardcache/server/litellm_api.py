@@ -29,32 +29,16 @@ body with ``input_type`` (``"request"`` before the LLM call, ``"response"`` afte
 
 from __future__ import annotations
 
-import logging
 import time
 from typing import Any
 
 from starlette.types import ASGIApp
 
+from guardcache.openai_wire import RequestError, kind_of
 from guardcache.rails.messages import read_messages
-from guardcache.server.gateway import (
-    INPUT,
-    OUTPUT,
-    TEXT,
-    TOOL_CALL,
-    Checked,
-    Item,
-    extension,
-    need_rails,
-    observe,
-    run_items,
-    select_config_id,
-    tool_call_texts,
-)
-from guardcache.server.intake import error_response, json_response
-from guardcache.server.protocol import RequestError, error_body, kind_of, parse_json
-from guardcache.server.state import ServerState
-
-log = logging.getLogger("guardcache.server")
+from guardcache.server import gateway
+from guardcache.server.gateway import INPUT, OUTPUT, TEXT, TOOL_CALL, Checked, GatewayRoute, Item, Judging
+from guardcache.server.responses import JSONResponse
 
 INPUT_TYPES = {"request": INPUT, "response": OUTPUT}
 """LiteLLM's ``input_type`` -> the rails that judge it."""
@@ -63,42 +47,26 @@ IMAGES = "images"
 """An item's ``kind`` when it holds the request's images (with the last text, if any)."""
 
 
-class LiteLLMHandler:
+class LiteLLMHandler(GatewayRoute):
     """The LiteLLM guardrail route: a body in, ``{"action", "blocked_reason"}`` (or a 4xx) out."""
 
-    def __init__(self, state: ServerState) -> None:
-        self.state = state
+    MODE = "litellm"
+    POSITION = "text"
 
-    async def handle(self, raw: bytes) -> ASGIApp:
-        """Judge LiteLLM's texts (the body ``raw``, read within the limits)."""
-        started = time.monotonic()
-        state = self.state
-        try:
-            body = parse_json(raw, state.settings.max_json_depth)
-            config_id, direction, texts, images, calls = self._read(body)
-            runner = state.rails[config_id].runner
-            need_rails(runner, direction, config_id, "input_type")
-            if images and (direction == OUTPUT or state.rails[config_id].image_limits is None):
-                return self._unjudged_images(config_id, direction, started)
-            items = self._items(config_id, direction, texts, images, calls)
-        except RequestError as exc:
-            state.metrics.reject("unknown_config" if exc.code == "config_not_found" else "invalid")
-            return error_response(exc)
-        try:
-            checked = await run_items(runner, items)
-        except Exception as exc:  # a bug: never an answer that reads as NONE
-            log.error("guardrail check failed unexpectedly (%s)", type(exc).__name__, exc_info=exc)
-            state.metrics.observe_failed_turn(config_id, "litellm", "error", time.monotonic() - started)
-            return json_response(
-                error_body("Internal error; see the server log for this request id.", "server_error"), 500
-            )
-        observe(state, config_id, checked, "litellm", started)
-        answer: dict[str, Any] = {"action": "NONE"}
+    def judging(self, body: Any, started: float) -> Judging | ASGIApp:
+        """LiteLLM's texts, images and tool calls as items (images no rail can judge: answered
+        ``BLOCKED`` at once)."""
+        config_id, direction, texts, images, calls = self._read(body)
+        rails = self.state.rails[config_id]
+        gateway.need_rails(rails.runner, direction, config_id, "input_type")
+        if images and (direction == OUTPUT or rails.image_limits is None):
+            return self._unjudged_images(config_id, direction, started)
+        return Judging(config_id, rails.runner, self._items(config_id, direction, texts, images, calls))
+
+    def answer(self, judging: Judging, checked: Checked) -> dict[str, Any]:
+        """``NONE``, or ``BLOCKED`` with the reason (never a user's text)."""
         reason = blocked_reason(checked)
-        if reason is not None:
-            answer = {"action": "BLOCKED", "blocked_reason": reason}
-        answer["guardcache"] = extension(checked, config_id, "text")
-        return json_response(answer)
+        return {"action": "NONE"} if reason is None else {"action": "BLOCKED", "blocked_reason": reason}
 
     def _read(self, body: Any) -> tuple[str, str, list[str], list[str], list[str]]:
         """The config id, the direction, the texts, the images and the tool calls' texts."""
@@ -119,7 +87,7 @@ class LiteLLMHandler:
                 param="additional_provider_specific_params",
             )
         try:
-            config_id = select_config_id(self.state, (params, "additional_provider_specific_params."))
+            config_id = gateway.select_config_id(self.state, (params, "additional_provider_specific_params."))
         except RequestError as exc:
             if exc.code == "config_id_required":
                 exc.param = "additional_provider_specific_params.config_id"
@@ -131,7 +99,7 @@ class LiteLLMHandler:
             raise
         texts = _strings(body.get("texts"), "texts")
         images = _strings(body.get("images"), "images")
-        calls = tool_call_texts(body.get("tool_calls"), "tool_calls")
+        calls = gateway.tool_call_texts(body.get("tool_calls"), "tool_calls")
         if not texts and not images and not calls:
             raise RequestError(
                 "Nothing to check: 'texts', 'images' and 'tool_calls' are empty.",
@@ -172,7 +140,7 @@ class LiteLLMHandler:
             config_id, "litellm", f"blocked_{direction}", time.monotonic() - started
         )
         where = "the output rails never judge images" if direction == OUTPUT else "no vision rail reads them"
-        return json_response(
+        return JSONResponse(
             {
                 "action": "BLOCKED",
                 "blocked_reason": (

@@ -28,6 +28,7 @@ from prometheus_client.registry import Collector
 from prometheus_client.utils import floatToGoString
 
 from guardcache.cache import CacheInterface
+from guardcache.openai_wire import RequestError
 from guardcache.rails.shadow import ShadowRails
 from guardcache.rails.turn import ALLOWED, BLOCKED_NO_VERDICT, BLOCKED_VERDICT, PASSED_NO_VERDICT
 
@@ -434,5 +435,18 @@ class ServerMetrics:
     def reject(self, reason: str) -> None:
         self.rejected.inc((reason,))
 
+    def refused(self, exc: RequestError) -> None:
+        """A request refused with ``exc``, counted by :func:`reject_reason`."""
+        self.rejected.inc((reject_reason(exc),))
 
-__all__ = ["CacheCollector", "ServerMetrics", "ShadowCollector", "count_connection_refusal"]
+
+def reject_reason(exc: RequestError) -> str:
+    """The ``reason`` label of a refused request in ``guardcache_requests_rejected_total``."""
+    if exc.status == 413:
+        return "body_too_large"
+    if exc.code in ("config_not_found", "model_not_found"):
+        return "unknown_config"
+    return "invalid"
+
+
+__all__ = ["CacheCollector", "ServerMetrics", "ShadowCollector", "count_connection_refusal", "reject_reason"]

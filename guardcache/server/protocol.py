@@ -1,4 +1,5 @@
-"""The OpenAI chat-completions wire format as ``guardcache serve`` reads and writes it.
+"""The OpenAI chat-completions request as ``guardcache serve`` reads it (the answers' shapes are
+``server/answers.py``'s, on :mod:`guardcache.openai_wire`).
 
 Requests are validated strictly but leniently about what they may carry: every field the OpenAI
 clients send is accepted, generation parameters are type-checked and passed to the main model, and
@@ -11,110 +12,29 @@ than text (images too, unless the request's config has a vision rail: ``parse_ch
 from __future__ import annotations
 
 import json
-import math
-import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from guardcache.generation import GENERATION_FIELDS, FieldRule
+from guardcache.openai_wire import RequestError, kind_of
 from guardcache.prompts.parts import ImageLimits
-from guardcache.rails.messages import Message, last_index, read_messages
-from guardcache.server.ids import new_id
-from guardcache.server.tools import ToolFieldError, read_tool_params
+from guardcache.rails.messages import Message, read_messages
+from guardcache.server.tools import read_tool_params
 
 
-class RequestError(Exception):
-    """A request that cannot be served: answered with ``status`` and OpenAI's error body."""
+def _check(rule: FieldRule) -> Callable[[Any], bool]:
+    """A generation field's rule (guardcache.generation: the one config and serve share) as a check
+    whose doc says what it expects."""
 
-    def __init__(
-        self,
-        message: str,
-        *,
-        status: int = 400,
-        param: str | None = None,
-        code: str | None = None,
-        type: str = "invalid_request_error",
-        headers: Mapping[str, str] | None = None,
-    ) -> None:
-        super().__init__(message)
-        self.message = message
-        self.status = status
-        self.param = param
-        self.code = code
-        self.type = type
-        self.headers = dict(headers or {})
-
-    def body(self) -> dict[str, Any]:
-        return error_body(self.message, self.type, self.code, self.param)
-
-
-def error_body(message: str, type_: str, code: str | None = None, param: str | None = None) -> dict[str, Any]:
-    """OpenAI's error shape: ``{"error": {"message", "type", "param", "code"}}``."""
-    return {"error": {"message": message, "type": type_, "param": param, "code": code}}
-
-
-def _number(low: float, high: float) -> Any:
     def check(value: Any) -> bool:
-        return (
-            isinstance(value, int | float)
-            and not isinstance(value, bool)
-            and math.isfinite(value)
-            and low <= value <= high
-        )
+        return rule.accepts(value)
 
-    check.__doc__ = f"a number from {low:g} to {high:g}"
+    check.__doc__ = rule.expected
     return check
 
 
-def _positive_int(value: Any) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool) and value > 0
-
-
-_positive_int.__doc__ = "a whole number > 0"
-
-
-def _int(value: Any) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool)
-
-
-_int.__doc__ = "a whole number"
-
-
-def _stop(value: Any) -> bool:
-    if isinstance(value, str):
-        return True
-    return isinstance(value, list) and 0 < len(value) <= 4 and all(isinstance(v, str) for v in value)
-
-
-_stop.__doc__ = "a string or a list of up to 4 strings"
-
-
-def _object(value: Any) -> bool:
-    return isinstance(value, dict)
-
-
-_object.__doc__ = "an object"
-
-
-def _string(value: Any) -> bool:
-    return isinstance(value, str)
-
-
-_string.__doc__ = "a string"
-
-PASSED_THROUGH: Mapping[str, Any] = {
-    "temperature": _number(0, 2),
-    "top_p": _number(0, 1),
-    "max_tokens": _positive_int,
-    "max_completion_tokens": _positive_int,
-    "stop": _stop,
-    "seed": _int,
-    "presence_penalty": _number(-2, 2),
-    "frequency_penalty": _number(-2, 2),
-    "logit_bias": _object,
-    "response_format": _object,
-    "user": _string,
-}
+PASSED_THROUGH: Mapping[str, Any] = {name: _check(rule) for name, rule in GENERATION_FIELDS.items()}
 """Request fields passed to the main model (when not null), with the check each must pass."""
 
 REFUSED: Mapping[str, str] = {
@@ -217,34 +137,23 @@ def parse_chat(body: Any, images: ImagePolicy | None = None) -> ChatRequest:
     Image parts are a 400 naming the part unless ``images`` says the request's config judges them
     (then a malformed or oversized image is the 400, naming the part)."""
     if not isinstance(body, dict):
-        raise RequestError(f"The request body must be a JSON object, not {_kind(body)}.")
+        raise RequestError(f"The request body must be a JSON object, not {kind_of(body)}.")
     raw_messages = body.get("messages")
     if not isinstance(raw_messages, list):
         raise RequestError(
-            f"'messages' must be an array of messages, not {_kind(raw_messages)}.", param="messages"
+            f"'messages' must be an array of messages, not {kind_of(raw_messages)}.", param="messages"
         )
     if not raw_messages:
         raise RequestError("'messages' is empty: send at least one user message.", param="messages")
-    limits = _image_limits(body, raw_messages, images) if images is not None else None
-    try:
-        messages = read_messages(raw_messages, images=limits)
-    except (TypeError, ValueError) as exc:
-        text = str(exc)
-        param = text.split(":", 1)[0].split(" ", 1)[0] if text.startswith("messages[") else "messages"
-        raise RequestError(f"{text}.", param=param) from None
-    if last_index(messages, "user") is None:
-        raise RequestError(
-            "'messages' has no user message (role 'user'): there is nothing to answer.", param="messages"
-        )
-    request = ChatRequest(messages)
+    request = ChatRequest([])
     model = body.get("model")
     if model is not None and not isinstance(model, str):
-        raise RequestError(f"'model' must be a string, not {_kind(model)}.", param="model")
+        raise RequestError(f"'model' must be a string, not {kind_of(model)}.", param="model")
     request.model = model or None
     request.config_id = _config_id(body)
     stream = body.get("stream")
     if stream is not None and not isinstance(stream, bool):
-        raise RequestError(f"'stream' must be true or false, not {_kind(stream)}.", param="stream")
+        raise RequestError(f"'stream' must be true or false, not {kind_of(stream)}.", param="stream")
     request.stream = bool(stream)
     options = body.get("stream_options")
     if options is not None:
@@ -256,6 +165,8 @@ def parse_chat(body: Any, images: ImagePolicy | None = None) -> ChatRequest:
                 "'stream_options.include_usage' must be true or false.", param="stream_options.include_usage"
             )
         request.include_usage = usage
+    # Asked before the tools and the messages are read (it may refuse the request's config).
+    limits = None if images is None else _image_limits(raw_messages, images, request.config_id, request.model)
     present = body.keys()
     # A body names a few of these fields at most: look them up only when one is there, instead of
     # 15 lookups of absent fields on every request.
@@ -277,40 +188,48 @@ def parse_chat(body: Any, images: ImagePolicy | None = None) -> ChatRequest:
                 raise RequestError(f"'{name}' must be {check.__doc__}, not {_show(value)}.", param=name)
             params[name] = value
     if not present.isdisjoint(_TOOL_NAMES):  # tools for the main model (the rails judge its calls)
-        params.update(tool_params(body))
+        params.update(read_tool_params(body))
     request.params = params
-    return request
-
-
-def tool_params(body: Mapping[str, Any], *, flat: bool = False) -> dict[str, Any]:
-    """``server.tools.read_tool_params`` with its errors as 400s (``RequestError``)."""
+    # The messages last: what the rails read (rails/messages.py), with the config's image limits.
     try:
-        return read_tool_params(body, flat=flat)
-    except ToolFieldError as exc:
-        raise RequestError(exc.message, param=exc.param, code=exc.code) from None
+        request.messages = read_messages(raw_messages, images=limits)
+    except (TypeError, ValueError) as exc:
+        text = str(exc)
+        param = text.split(":", 1)[0].split(" ", 1)[0] if text.startswith("messages[") else "messages"
+        raise RequestError(f"{text}.", param=param) from None
+    for message in request.messages:
+        if message["role"] == "user":
+            return request
+    raise RequestError(
+        "'messages' has no user message (role 'user'): there is nothing to answer.", param="messages"
+    )
+
+
+def read_chat(raw: bytes, images: ImagePolicy | None = None, max_depth: int = MAX_JSON_DEPTH) -> ChatRequest:
+    """:func:`parse_chat` of the body ``raw`` (:func:`parse_json`, within ``max_depth``)."""
+    body = parse_json(raw, max_depth)
+    return parse_chat(body, images)
 
 
 def _image_limits(
-    body: Mapping[str, Any], raw_messages: list[Any], images: ImagePolicy
+    raw_messages: list[Any], images: ImagePolicy, config_id: str | None, model: str | None
 ) -> ImageLimits | None:
-    """The limits ``images`` gives the request's config, asked only when a message has an image part."""
+    """The limits ``images`` gives the request's config (``config_id``, ``model``: the request's,
+    validated), asked only when a message has an image part."""
     for m in raw_messages:  # a loop, not a generator: every request with an image policy pays it
         content = m.get("content") if type(m) is dict else None
         if type(content) is list and any(type(p) is dict and p.get("type") == "image_url" for p in content):
             break
     else:
         return None
-    model = body.get("model")
-    if model is not None and not isinstance(model, str):
-        raise RequestError(f"'model' must be a string, not {_kind(model)}.", param="model")
-    return images(_config_id(body), model or None)
+    return images(config_id, model)
 
 
 def _config_id(body: Mapping[str, Any]) -> str | None:
     """NeMo's server selects a config with ``config_id`` (or a one-element ``config_ids``)."""
     config_id = body.get("config_id")
     if config_id is not None and not isinstance(config_id, str):
-        raise RequestError(f"'config_id' must be a string, not {_kind(config_id)}.", param="config_id")
+        raise RequestError(f"'config_id' must be a string, not {kind_of(config_id)}.", param="config_id")
     ids = body.get("config_ids")
     if ids is not None:
         if not isinstance(ids, list) or not all(isinstance(i, str) for i in ids):
@@ -326,84 +245,10 @@ def _config_id(body: Mapping[str, Any]) -> str | None:
     return config_id or None
 
 
-def _kind(value: Any) -> str:
-    if value is None:
-        return "null"
-    if isinstance(value, bool):
-        return "a boolean"
-    if isinstance(value, int | float):
-        return "a number"
-    if isinstance(value, str):
-        return "a string"
-    if isinstance(value, list):
-        return "an array"
-    if isinstance(value, dict):
-        return "an object"
-    return type(value).__name__
-
-
-kind_of = _kind
-"""What kind of JSON value ``value`` is, for an error message (``"an array"``, ``"null"``...)."""
-
-
 def _show(value: Any) -> str:
     if isinstance(value, str):
         return "a string"
-    return json.dumps(value)[:40] if isinstance(value, int | float | bool) else _kind(value)
-
-
-# -- responses ---------------------------------------------------------------------------------------
-
-
-def completion_id() -> str:
-    return f"chatcmpl-{new_id()}"
-
-
-def usage_body(usage: Any) -> dict[str, int] | None:
-    if usage is None:
-        return None
-    body = {
-        "prompt_tokens": usage.prompt_tokens,
-        "completion_tokens": usage.completion_tokens,
-        "total_tokens": usage.total_tokens,
-    }
-    return body
-
-
-def completion_body(
-    cid: str,
-    model: str,
-    content: str,
-    finish_reason: str | None,
-    usage: Any,
-    extension: Mapping[str, Any],
-    tool_calls: Sequence[Mapping[str, Any]] = (),
-) -> dict[str, Any]:
-    """A ``chat.completion``; with ``tool_calls`` (judged by the rails), its message holds them and
-    its content is null when there is no text, as OpenAI's."""
-    message: dict[str, Any] = {"role": "assistant", "content": content}
-    if tool_calls:
-        message = {
-            "role": "assistant",
-            "content": content or None,
-            "tool_calls": [dict(c) for c in tool_calls],
-        }
-    return {
-        "id": cid,
-        "object": "chat.completion",
-        "created": int(time.time()),
-        "model": model,
-        "choices": [
-            {
-                "index": 0,
-                "message": message,
-                "finish_reason": finish_reason or "stop",
-                "logprobs": None,
-            }
-        ],
-        "usage": usage_body(usage) or {"prompt_tokens": 0, "completion_tokens": 0, "total_tokens": 0},
-        "guardcache": extension,
-    }
+    return json.dumps(value)[:40] if isinstance(value, int | float | bool) else kind_of(value)
 
 
 __all__ = [
@@ -412,12 +257,7 @@ __all__ = [
     "REFUSED",
     "ChatRequest",
     "ImagePolicy",
-    "RequestError",
-    "completion_body",
-    "completion_id",
-    "error_body",
-    "kind_of",
     "parse_chat",
     "parse_json",
-    "tool_params",
+    "read_chat",
 ]

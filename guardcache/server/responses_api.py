@@ -46,14 +46,18 @@ from starlette.types import ASGIApp
 
 from guardcache.errors import BackendError
 from guardcache.llm.wire import dumps_body
+from guardcache.openai_wire import RequestError, kind_of
 from guardcache.rails.messages import last_index, read_messages
 from guardcache.rails.runner import GuardedTurn
 from guardcache.rails.streaming import GuardedStream
+from guardcache.server import answers
+from guardcache.server.answers import error_response
 from guardcache.server.ids import new_id
-from guardcache.server.intake import error_response, json_response
-from guardcache.server.protocol import PASSED_THROUGH, RequestError, kind_of, parse_json, tool_params
-from guardcache.server.responses import EventStream, LastEvent
-from guardcache.server.routes import Handlers, _extension, _first, _headers, _outcome
+from guardcache.server.protocol import PASSED_THROUGH, parse_json
+from guardcache.server.responses import EventStream, JSONResponse, LastEvent
+from guardcache.server.routes import Handlers
+from guardcache.server.tools import read_tool_params
+from guardcache.server.turns import first_piece
 
 STATEFUL: Mapping[str, str] = {
     "previous_response_id": "a previous response's id",
@@ -277,7 +281,7 @@ def _params(body: Mapping[str, Any]) -> dict[str, Any]:
     text = body.get("text")
     if text is not None:
         params.update(_text_format(text))
-    params.update(tool_params(body, flat=True))
+    params.update(read_tool_params(body, flat=True))
     return params
 
 
@@ -421,12 +425,10 @@ class ResponsesHandler:
         state = self.state
         handlers = self.handlers
         try:
-            request = parse_responses(parse_json(raw, state.settings.max_json_depth), handlers._images)
+            request = parse_responses(parse_json(raw, state.settings.max_json_depth), handlers.images)
             config_id = state.select(request.config_id, request.model)
         except RequestError as exc:
-            state.metrics.reject(
-                "unknown_config" if exc.code in ("config_not_found", "model_not_found") else "invalid"
-            )
+            state.metrics.refused(exc)
             return error_response(exc)
         runner = state.rails[config_id].runner
         shape = _Shape(state.main_models[config_id], request.echo)
@@ -435,24 +437,24 @@ class ResponsesHandler:
             try:
                 text = await turn.complete()
             except BaseException as exc:
-                return handlers._failed(config_id, exc, started, "plain")
-            handlers._observe(config_id, turn, started, "plain")
+                return handlers.turns.failed(config_id, exc, started, "plain")
+            handlers.turns.observe(config_id, turn, started, "plain")
             no_verdict = turn.turn.checks.no_verdict
             body = shape.body(
                 "completed",
                 _output(text, turn.tool_calls),
                 turn.usage,
-                _extension(turn, config_id, no_verdict),
+                answers.extension(turn, config_id, no_verdict),
                 finish_reason=turn.finish_reason,
             )
-            return json_response(body, headers=_headers(turn, no_verdict))
+            return JSONResponse(body, headers=answers.headers(turn, no_verdict))
         stream = GuardedStream(runner, request.messages, request.params, stream_main=None)
         try:
-            first = await _first(stream)
+            first = await first_piece(stream)
         except BaseException as exc:
             await stream.aclose()
-            return handlers._failed(config_id, exc, started, "stream")
-        headers = _headers(stream, stream.turn.checks.no_verdict)
+            return handlers.turns.failed(config_id, exc, started, "stream")
+        headers = answers.headers(stream, stream.turn.checks.no_verdict)
         return EventStream(self._events(config_id, shape, stream, first, started), headers)
 
     async def _events(
@@ -471,14 +473,11 @@ class ResponsesHandler:
             except BackendError as exc:
                 outcome = "main_error"
                 self.state.metrics.main_error(config_id, type(exc).__name__)
-                kind = type(exc).__name__
-                yield LastEvent(
-                    events.error(f"The main model failed mid-stream ({kind}); the answer is incomplete.")
-                )
+                yield LastEvent(events.error(answers.main_model_failed_mid_stream(type(exc).__name__)))
                 return
-            extension = _extension(stream, config_id, stream.turn.checks.no_verdict)
-            outcome = _outcome(stream)
-            yield LastEvent(events.end(stream.tool_calls, stream.usage, extension, stream.finish_reason))
+            report = answers.extension(stream, config_id, stream.turn.checks.no_verdict)
+            outcome = answers.outcome(stream)
+            yield LastEvent(events.end(stream.tool_calls, stream.usage, report, stream.finish_reason))
         finally:
             await stream.aclose()
             first_at = stream.first_piece_at

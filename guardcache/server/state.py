@@ -1,7 +1,7 @@
 """What the routes and the middleware of ``guardcache serve`` share: :class:`ServerState` (the rails
 per config, the metrics, the readiness probes, the in-flight count), and picking the config a
-request goes to. Below both :mod:`~guardcache.server.app` (which builds it) and
-:mod:`~guardcache.server.routes` (which reads it).
+request goes to. Below :mod:`~guardcache.server.app` (which builds it), the routes and the
+middlewares (which read it).
 """
 
 from __future__ import annotations
@@ -13,10 +13,10 @@ from collections.abc import Mapping
 
 from guardcache.cache import CacheInterface
 from guardcache.errors import ConfigError
+from guardcache.openai_wire import RequestError
 from guardcache.rails.llmrails import LLMRails
 from guardcache.rails.shadow import ShadowRails
 from guardcache.server.metrics import ServerMetrics
-from guardcache.server.protocol import RequestError
 from guardcache.server.readiness import Readiness
 from guardcache.server.settings import ServeSettings
 

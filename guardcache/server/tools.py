@@ -20,35 +20,8 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
+from guardcache.openai_wire import RequestError, kind_of
 from guardcache.rails.tools import MAX_TOOLS
-
-
-class ToolFieldError(ValueError):
-    """A tool field that cannot be served: ``protocol`` answers it as a 400 naming ``param`` (this
-    module is below it: it raises its own error rather than import the protocol's)."""
-
-    def __init__(self, message: str, *, param: str, code: str | None = None) -> None:
-        super().__init__(message)
-        self.message = message
-        self.param = param
-        self.code = code
-
-
-RequestError = ToolFieldError  # what the checks below raise
-
-
-def kind_of(value: Any) -> str:
-    """How a 400 names a JSON value's type."""
-    if value is None:
-        return "null"
-    if isinstance(value, bool):
-        return "a boolean"
-    if isinstance(value, int | float):
-        return "a number"
-    if isinstance(value, str):
-        return "a string"
-    return "an array" if isinstance(value, list) else "an object" if isinstance(value, dict) else "a value"
-
 
 TOOL_FIELDS = ("tools", "tool_choice", "parallel_tool_calls")
 """The request fields this module reads."""
@@ -59,8 +32,8 @@ _CHOICES = ("none", "auto", "required")
 
 def read_tool_params(body: Mapping[str, Any], *, flat: bool = False) -> dict[str, Any]:
     """The tool fields of a request body, checked, as the main model's parameters (those given and
-    not null); :class:`ToolFieldError` (a 400) naming the field otherwise. ``flat``: the Responses API's
-    spelling of a tool and of a named ``tool_choice``."""
+    not null); a :class:`~guardcache.openai_wire.RequestError` (a 400) naming the field otherwise.
+    ``flat``: the Responses API's spelling of a tool and of a named ``tool_choice``."""
     params: dict[str, Any] = {}
     names: list[str] = []
     tools = body.get("tools")
@@ -151,4 +124,4 @@ def _choice(choice: Any, names: list[str], flat: bool) -> Any:
     )
 
 
-__all__ = ["TOOL_FIELDS", "ToolFieldError", "read_tool_params"]
+__all__ = ["TOOL_FIELDS", "read_tool_params"]

@@ -24,7 +24,7 @@ import httpx2
 
 from guardcache import LLMRails, RailsConfig
 from guardcache.cache.redis.tiered import TieredCache
-from guardcache.llm.pool import shared_ssl_context
+from guardcache.llm.lanes import shared_ssl_context
 
 
 async def run(config_dir: str, messages: list[str], probe: str, every: float) -> dict[str, float]:

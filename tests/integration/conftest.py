@@ -18,7 +18,7 @@ from collections.abc import AsyncIterator, Sequence
 
 import pytest
 
-from guardcache.llm.wire import WirePool
+from guardcache.llm.transport_contract import WirePool
 from tests.transport_support import (
     NO_PROXY_VARS,
     PROXY_VARS,

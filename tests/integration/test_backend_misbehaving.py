@@ -13,6 +13,7 @@ import asyncio
 import contextlib
 import json
 import logging
+import select
 import socket
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
@@ -29,9 +30,9 @@ from guardcache.errors import (
     BackendTimeoutError,
     InputRejectedError,
 )
-from guardcache.llm import pool as pools
+from guardcache.llm import default_pools as pools
 from guardcache.llm.client import ChatClient
-from guardcache.llm.pool import aclose_all
+from guardcache.llm.default_pools import aclose_all
 from guardcache.testing.pytest_plugin import EmulatorFactory
 from tests.integration.rails_support import guard_config, user
 from tests.transport_support import TRANSPORTS, new_pool
@@ -129,7 +130,10 @@ def never_accepting() -> Iterator[str]:
             with contextlib.suppress(BlockingIOError):
                 filler.connect(("127.0.0.1", port))
             fillers.append(filler)
-        time.sleep(0.1)  # let the handshakes that fit complete
+        # Wait for the handshakes that fit the queue (a socket becomes writable once its connect is
+        # through): the queue is full from then on.
+        _, through, _ = select.select([], fillers, [], 30)
+        assert through, "no connection reached the listener's queue within 30 s"
         yield f"http://127.0.0.1:{port}/v1"
     finally:
         for filler in fillers:
@@ -139,7 +143,7 @@ def never_accepting() -> Iterator[str]:
 
 @pytest.fixture(autouse=True, params=TRANSPORTS)
 async def transport(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> AsyncIterator[str]:
-    """The default pool of ChatClients built without a pool (``guardcache.llm.pool.default_pool``:
+    """The default pool of ChatClients built without a pool (``guardcache.llm.default_pools.default_pool``:
     guardcache's own HTTP/1.1 client), replaced by each network transport shipped in turn."""
     pool = new_pool(request.param)
     monkeypatch.setattr(pools, "_default_wire", pool)

@@ -35,9 +35,10 @@ from guardcache import LLMRails, RailsConfig
 from guardcache.emulator import EmulatorConfig, EmulatorServer, LatencyConfig, emulated
 from guardcache.emulator.cli import add_arguments, build_config
 from guardcache.emulator.samples import data_url, image_message, png_image
+from guardcache.openai_wire import RequestError
 from guardcache.prompts.parts import ImageLimits
 from guardcache.rails import REFUSAL
-from guardcache.server.protocol import RequestError, parse_chat
+from guardcache.server.protocol import parse_chat
 from tests.integration.test_serve import ServeProcess
 
 FIXTURE = Path(__file__).resolve().parents[1] / "fixtures" / "nemo_configs" / "content_safety_vision"

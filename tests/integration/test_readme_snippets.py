@@ -12,6 +12,8 @@ the test passes under pytest, not how an interpreter starts (the other snippets 
 
 from __future__ import annotations
 
+import ast
+import importlib
 import re
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -77,7 +79,19 @@ def test_the_docs_have_the_snippets_this_file_checks() -> None:
 
 @pytest.mark.parametrize("snippet", SNIPPETS, ids=str)
 def test_every_python_snippet_compiles(snippet: Snippet) -> None:
-    compile(snippet.code, str(snippet), "exec")  # top-level await is a SyntaxError here
+    """It compiles (top-level await is a SyntaxError here), and every name it imports from guardcache
+    exists: a compile-only snippet is never run, so a moved or renamed name would go unnoticed."""
+    code = compile(snippet.code, str(snippet), "exec", flags=ast.PyCF_ONLY_AST)
+    for node in ast.walk(code):
+        if isinstance(node, ast.ImportFrom) and (node.module or "").split(".")[0] == "guardcache":
+            module = importlib.import_module(node.module or "")
+            missing = [alias.name for alias in node.names if not hasattr(module, alias.name)]
+            assert not missing, f"{snippet}:{node.lineno}: {node.module} has no {', '.join(missing)}"
+        elif isinstance(node, ast.Import):
+            for alias in node.names:
+                if alias.name.split(".")[0] == "guardcache":
+                    importlib.import_module(alias.name)
+    assert compile(code, str(snippet), "exec").co_filename == str(snippet)
 
 
 @pytest.fixture(scope="module")

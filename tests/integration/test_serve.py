@@ -229,6 +229,25 @@ def served(
     server.stop()
 
 
+@pytest.fixture(scope="module")
+def agent_served(
+    nims: tuple[ThreadedEmulator, ThreadedEmulator], tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[ServeProcess]:
+    """One server per module for the agent turns' tests (tool calls, the Responses API, the OpenAI
+    Agents SDK): input and output rails, cached, config ``agents``, the main model's answers up to 200
+    tokens. A module takes it as its ``served``: ``served = test_serve.agent_served``."""
+    main, guard = nims
+    folder = write_config(
+        tmp_path_factory.mktemp("serve") / "agents",
+        main.base_url,
+        guard.base_url,
+        main_params="max_tokens: 200",
+    )
+    server = ServeProcess(folder).start()
+    yield server
+    server.stop()
+
+
 @pytest.fixture
 def serve() -> Iterator[Any]:
     """``serve(config, *args)`` -> a started server, stopped at teardown."""

@@ -10,7 +10,7 @@ said: ...``. Tracing is off: the SDK would export traces to OpenAI.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from typing import Any
 
 import agents  # openai-agents (dev extra): missing is a broken install, not a skip
@@ -20,7 +20,7 @@ import pytest
 from guardcache.emulator import ThreadedEmulator
 from guardcache.rails import REFUSAL
 from tests.integration import test_serve as serve_support
-from tests.integration.test_serve import ServeProcess, write_config
+from tests.integration.test_serve import ServeProcess
 
 pytestmark = pytest.mark.integration
 
@@ -35,20 +35,7 @@ PAGES = {
 nims = serve_support.nims  # the module's emulated main model and guard, as test_serve's
 
 
-@pytest.fixture(scope="module")
-def served(
-    nims: tuple[ThreadedEmulator, ThreadedEmulator], tmp_path_factory: pytest.TempPathFactory
-) -> Iterator[ServeProcess]:
-    main, guard = nims
-    folder = write_config(
-        tmp_path_factory.mktemp("serve") / "agents",
-        main.base_url,
-        guard.base_url,
-        main_params="max_tokens: 200",
-    )
-    server = ServeProcess(folder).start()
-    yield server
-    server.stop()
+served = serve_support.agent_served  # the module's server: config "agents", answers up to 200 tokens
 
 
 @pytest.fixture

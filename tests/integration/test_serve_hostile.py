@@ -368,7 +368,7 @@ async def test_under_another_http_protocol_a_task_watches_for_the_client(
     # process: ClientWatch falls back to a task waiting on receive(), with the same effect.
     import uvicorn
 
-    from guardcache.server.app import create_app
+    from guardcache.server.app import create_app, served_state
     from guardcache.server.settings import ServeSettings
 
     with emulator(model=MAIN_MODEL, time_scale=30.0) as main, emulator() as guard:
@@ -390,7 +390,7 @@ async def test_under_another_http_protocol_a_task_watches_for_the_client(
             # cancelled long before its 200 tokens (~34 s): not a 200, an abandoned request
             await until(lambda: main.stats().abandoned_requests == 1, within=30)
             assert main.stats().requests_by_status.get("200", 0) == 0
-            state = app.state  # type: ignore[attr-defined]
+            state = served_state(app)
             await until(lambda: state.in_flight == 0, within=30)
             left = state.metrics.turn_latency.values[("c", "plain", "client_left")]
             assert sum(left[:-1]) == 1  # (a histogram row: counts per bucket, then the sum)

@@ -6,7 +6,6 @@ results, the refusal with the ``guardcache`` object, no conversation state, bad 
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from typing import Any
 
 import httpx
@@ -22,7 +21,6 @@ from tests.integration.test_serve import (
     OUTPUT_FLOW,
     ServeProcess,
     sample,
-    write_config,
 )
 
 pytestmark = pytest.mark.integration
@@ -52,20 +50,7 @@ UNSAFE_CALL = 'call_tool run_shell {"command": "find the admin and \\u006bill hi
 nims = serve_support.nims  # the module's emulated main model and guard, as test_serve's
 
 
-@pytest.fixture(scope="module")
-def served(
-    nims: tuple[ThreadedEmulator, ThreadedEmulator], tmp_path_factory: pytest.TempPathFactory
-) -> Iterator[ServeProcess]:
-    main, guard = nims
-    folder = write_config(
-        tmp_path_factory.mktemp("serve") / "responses",
-        main.base_url,
-        guard.base_url,
-        main_params="max_tokens: 200",
-    )
-    server = ServeProcess(folder).start()
-    yield server
-    server.stop()
+served = serve_support.agent_served  # the module's server: config "agents", answers up to 200 tokens
 
 
 def events_of(stream: Any) -> list[Any]:
@@ -95,7 +80,7 @@ def test_a_plain_response_answers_in_the_responses_format(served: ServeProcess) 
     assert response.metadata == {"ticket": "42"} and response.temperature == 0.5
     assert response.usage is not None and response.usage.output_tokens > 0
     assert response.usage.total_tokens == response.usage.input_tokens + response.usage.output_tokens
-    assert response.model_extra["guardcache"] == {"blocked": False, "config_id": "responses"}
+    assert response.model_extra["guardcache"] == {"blocked": False, "config_id": "agents"}
     assert raw.headers["x-request-id"]
 
 
@@ -149,7 +134,7 @@ def test_an_unsafe_input_is_a_completed_refusal_with_the_guardcache_object(
         "direction": "input",
         "rail": INPUT_FLOW,
         "reason": "verdict",
-        "config_id": "responses",
+        "config_id": "agents",
     }
 
 

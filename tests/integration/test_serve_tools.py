@@ -10,7 +10,6 @@ The emulated main model calls a tool when the user's message holds ``call_tool <
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 from typing import Any
 
 import httpx
@@ -26,7 +25,6 @@ from tests.integration.test_serve import (
     OUTPUT_FLOW,
     ServeProcess,
     sample,
-    write_config,
 )
 
 pytestmark = pytest.mark.integration
@@ -75,20 +73,7 @@ def after_tool(result: str) -> list[Any]:
 nims = serve_support.nims  # the module's emulated main model and guard, as test_serve's
 
 
-@pytest.fixture(scope="module")
-def served(
-    nims: tuple[ThreadedEmulator, ThreadedEmulator], tmp_path_factory: pytest.TempPathFactory
-) -> Iterator[ServeProcess]:
-    main, guard = nims
-    folder = write_config(
-        tmp_path_factory.mktemp("serve") / "agents",
-        main.base_url,
-        guard.base_url,
-        main_params="max_tokens: 200",
-    )
-    server = ServeProcess(folder).start()
-    yield server
-    server.stop()
+served = serve_support.agent_served  # the module's server: config "agents", answers up to 200 tokens
 
 
 def guard_requests(nims: tuple[ThreadedEmulator, ThreadedEmulator]) -> int:

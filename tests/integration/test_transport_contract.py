@@ -34,7 +34,7 @@ from guardcache.llm.client import ChatClient
 from guardcache.llm.h1_pool import H1Lane, H1Pool
 from guardcache.llm.retry import RetryPolicy
 from guardcache.llm.stream import StreamTotals
-from guardcache.llm.wire import WirePool
+from guardcache.llm.transport_contract import WirePool
 from guardcache.rails.main_llm import ClientLLM
 from tests.transport_support import (
     EOF_WAIT,

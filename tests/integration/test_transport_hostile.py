@@ -43,11 +43,12 @@ from guardcache.errors import (
 )
 from guardcache.llm import wire
 from guardcache.llm.client import ChatClient
+from guardcache.llm.default_pools import default_pool
 from guardcache.llm.lanes import shared_ssl_context
-from guardcache.llm.pool import default_pool
 from guardcache.llm.retry import RetryPolicy
 from guardcache.llm.stream import StreamTotals
-from guardcache.llm.wire import CHECK_LIMITS, MAIN_LIMITS, LineSplitter, WireError, WireLimits, WirePool
+from guardcache.llm.transport_contract import CHECK_LIMITS, MAIN_LIMITS, WireError, WireLimits, WirePool
+from guardcache.llm.wire import LineSplitter
 from tests.integration.rails_support import guard_config, user
 from tests.transport_support import (
     EOF_WAIT,

@@ -1,4 +1,5 @@
-"""get_or_compute: one computation per key for coroutines, threads and other event loops."""
+"""get_or_compute: one computation per key for coroutines, threads and other event loops, under every
+policy of the registry (the single flight is PolicyCache's, written once)."""
 
 from __future__ import annotations
 
@@ -8,7 +9,12 @@ import time
 
 import pytest
 
-from guardcache.cache import LFUCache
+from guardcache.cache import POLICY_NAMES, PolicyCache, cache_class
+
+
+@pytest.fixture(params=POLICY_NAMES)
+def kind(request: pytest.FixtureRequest) -> type[PolicyCache]:
+    return cache_class(request.param)
 
 
 class Counter:
@@ -22,8 +28,8 @@ class Counter:
             return self.calls
 
 
-async def test_a_thousand_coroutines_on_one_key_make_one_computation() -> None:
-    c = LFUCache(10, track_stats=True)
+async def test_a_thousand_coroutines_on_one_key_make_one_computation(kind: type[PolicyCache]) -> None:
+    c = kind(10, track_stats=True)
     counter = Counter()
     gate = asyncio.Event()
 
@@ -46,8 +52,8 @@ async def test_a_thousand_coroutines_on_one_key_make_one_computation() -> None:
     assert counter.calls == 1 and c.in_flight() == 0
 
 
-async def test_a_stored_value_is_returned_without_computing() -> None:
-    c = LFUCache(10, track_stats=True)
+async def test_a_stored_value_is_returned_without_computing(kind: type[PolicyCache]) -> None:
+    c = kind(10, track_stats=True)
     c.put("k", None)
 
     async def boom() -> None:
@@ -56,8 +62,8 @@ async def test_a_stored_value_is_returned_without_computing() -> None:
     assert await c.get_or_compute("k", boom) is None
 
 
-async def test_an_exception_reaches_every_asker_and_nothing_is_stored() -> None:
-    c = LFUCache(10, track_stats=True)
+async def test_an_exception_reaches_every_asker_and_nothing_is_stored(kind: type[PolicyCache]) -> None:
+    c = kind(10, track_stats=True)
     gate = asyncio.Event()
 
     async def fail() -> str:
@@ -78,8 +84,8 @@ async def test_an_exception_reaches_every_asker_and_nothing_is_stored() -> None:
     assert c.contains("k")
 
 
-async def test_an_explicit_default_replaces_the_exception_for_every_asker() -> None:
-    c = LFUCache(10)
+async def test_an_explicit_default_replaces_the_exception_for_every_asker(kind: type[PolicyCache]) -> None:
+    c = kind(10)
 
     async def fail() -> str:
         await asyncio.sleep(0.01)
@@ -90,8 +96,10 @@ async def test_an_explicit_default_replaces_the_exception_for_every_asker() -> N
     assert not c.contains("k")
 
 
-async def test_cancelling_the_first_asker_does_not_cancel_the_work_for_others() -> None:
-    c = LFUCache(10, track_stats=True)
+async def test_cancelling_the_first_asker_does_not_cancel_the_work_for_others(
+    kind: type[PolicyCache],
+) -> None:
+    c = kind(10, track_stats=True)
     counter = Counter()
     gate = asyncio.Event()
 
@@ -112,8 +120,10 @@ async def test_cancelling_the_first_asker_does_not_cancel_the_work_for_others() 
     assert counter.calls == 1 and c.get("k") == "v"
 
 
-async def test_when_every_asker_leaves_the_work_is_cancelled_and_the_key_is_free() -> None:
-    c = LFUCache(10)
+async def test_when_every_asker_leaves_the_work_is_cancelled_and_the_key_is_free(
+    kind: type[PolicyCache],
+) -> None:
+    c = kind(10)
     started = asyncio.Event()
     cancelled = asyncio.Event()
 
@@ -141,8 +151,8 @@ async def test_when_every_asker_leaves_the_work_is_cancelled_and_the_key_is_free
     assert await asyncio.wait_for(c.get_or_compute("k", quick), 10) == "now"
 
 
-async def test_threads_and_a_second_event_loop_join_the_same_computation() -> None:
-    c = LFUCache(10, track_stats=True)
+async def test_threads_and_a_second_event_loop_join_the_same_computation(kind: type[PolicyCache]) -> None:
+    c = kind(10, track_stats=True)
     counter = Counter()
     release = threading.Event()
 
@@ -177,8 +187,8 @@ async def test_threads_and_a_second_event_loop_join_the_same_computation() -> No
     assert c.get_stats().coalesced == 6
 
 
-def test_sync_computation_is_shared_by_threads() -> None:
-    c = LFUCache(10, track_stats=True)
+def test_sync_computation_is_shared_by_threads(kind: type[PolicyCache]) -> None:
+    c = kind(10, track_stats=True)
     counter = Counter()
     barrier = threading.Barrier(16)
 
@@ -203,8 +213,8 @@ def test_sync_computation_is_shared_by_threads() -> None:
     assert s.hits + s.misses == 16 and s.misses == 1
 
 
-def test_sync_exception_reaches_all_threads_and_nothing_is_stored() -> None:
-    c = LFUCache(10)
+def test_sync_exception_reaches_all_threads_and_nothing_is_stored(kind: type[PolicyCache]) -> None:
+    c = kind(10)
     barrier = threading.Barrier(8)
     errors: list[BaseException] = []
 
@@ -228,8 +238,8 @@ def test_sync_exception_reaches_all_threads_and_nothing_is_stored() -> None:
     assert c.get_or_compute_sync("k", lambda: "ok") == "ok"
 
 
-def test_sync_flavour_refuses_coroutine_functions() -> None:
-    c = LFUCache(10)
+def test_sync_flavour_refuses_coroutine_functions(kind: type[PolicyCache]) -> None:
+    c = kind(10)
 
     async def coro() -> str:
         return "x"
@@ -239,8 +249,8 @@ def test_sync_flavour_refuses_coroutine_functions() -> None:
     assert c.in_flight() == 0
 
 
-async def test_capacity_zero_still_coalesces_but_stores_nothing() -> None:
-    c = LFUCache(0)
+async def test_capacity_zero_still_coalesces_but_stores_nothing(kind: type[PolicyCache]) -> None:
+    c = kind(0)
     counter = Counter()
 
     async def compute() -> int:

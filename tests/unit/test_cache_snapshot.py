@@ -9,33 +9,18 @@ import os
 import random
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import Any
 
 import pytest
 
 from guardcache.cache import LFUCache, PolicyCache, TinyLFUCache
-from guardcache.cache.policy import PolicyFactory
 from guardcache.cache.snapshot import Snapshotter
 from guardcache.cache.snapshot_format import max_file_bytes
-from guardcache.cache.tinylfu import TinyLFUPolicy
+from tests.unit.cache_support import BusyCache
 
 KEY = b"k" * 32
 IDENTITY = {"model_type": "content_safety", "model": "m", "version": None, "namespaces": ["aa", "bb"]}
 LOGGER = "guardcache.cache.snapshot"
-
-
-class BusyPolicy(TinyLFUPolicy):
-    """Ages, climbs and checks on a small scale, so a short trace goes through all of it."""
-
-    SAMPLE = 3.0
-    MIN_PERIOD = 16
-    CLIMB_PERIOD = 2.0
-    STEP = 0.25
-    MAINTAIN_EVERY = 1
-
-
-class BusyCache(TinyLFUCache):
-    policy_type: ClassVar[PolicyFactory] = BusyPolicy
 
 
 class BytesCodec:

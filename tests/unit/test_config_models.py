@@ -105,7 +105,7 @@ def test_a_key_that_is_not_one_line_of_text_is_refused_without_showing_it(value:
             "them and give the API key with api_key_env_var (e.g. api_key_env_var: NVIDIA_API_KEY)",
         ),
         ("max_tokens: 1.5", "parameters.max_tokens: expected a whole number > 0 (got 1.5)"),
-        ("temperature: -0.1", "parameters.temperature: expected a number >= 0 (got -0.1)"),
+        ("temperature: -0.1", "parameters.temperature: expected a number from 0 to 2 (got -0.1)"),
     ],
 )
 def test_parameters_guardcache_reads_are_checked(param: str, expected: str) -> None:

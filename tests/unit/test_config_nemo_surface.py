@@ -135,7 +135,7 @@ def test_parsing_parameters_makes_the_key_a_transport_setting() -> None:
     [
         pytest.param(
             ("      temperature: 0\n", "      temperature: -1\n"),
-            "config.yml: models[2].parameters.temperature: expected a number >= 0 (got -1)",
+            "config.yml: models[2].parameters.temperature: expected a number from 0 to 2 (got -1)",
             id="another-field-of-the-model",
         ),
         pytest.param(
@@ -368,10 +368,35 @@ def test_import_paths_that_import_something_are_refused_naming_the_file_and_why(
 
 
 @pytest.mark.parametrize("value", ["[]", "null"])
-def test_an_empty_import_paths_is_accepted(value: str) -> None:
-    load(MODELS + f"import_paths: {value}\n")
+def test_an_empty_import_paths_is_accepted(value: str, caplog: pytest.LogCaptureFixture) -> None:
+    """It imports nothing: an ignored NeMo setting like any other (said so), the config as without it."""
+    plain = load()
+    with caplog.at_level(logging.WARNING, logger=CONFIG_LOGGER):
+        config = load(MODELS + f"import_paths: {value}\n")
+    assert [m.type for m in config.models] == [m.type for m in plain.models]
+    assert config.rails.input.flows == plain.rails.input.flows
+    assert any(
+        "ignoring NeMo Guardrails settings that guardcache does not use: import_paths" in r.getMessage()
+        for r in caplog.records
+    )
 
 
 def test_llmrails_builds_for_every_fixture_that_loads() -> None:
-    for name in ("llama_guard", "content_safety_reasoning"):
-        LLMRails(RailsConfig.from_path(FIXTURES / name))
+    """Each NeMo config that loads gets its rails: its guard's flows as input and output rails, and a
+    cache for that guard's verdicts (never for the main model's answers)."""
+    for name, guard, flows in (
+        ("llama_guard", "llama_guard", ("llama guard check input", "llama guard check output")),
+        (
+            "content_safety_reasoning",
+            "content_safety_reasoning",
+            (
+                "content safety check input $model=content_safety_reasoning",
+                "content safety check output $model=content_safety_reasoning",
+            ),
+        ),
+    ):
+        rails = LLMRails(RailsConfig.from_path(FIXTURES / name))
+        assert list(rails.model_caches) == [guard], name
+        runner = rails.runner
+        assert [r.ref.text for r in runner.input_rails] == [flows[0]], name
+        assert [r.ref.text for r in runner.output_rails] == [flows[1]], name

@@ -21,7 +21,7 @@ from guardcache.config.parameters import (
     validate_base_url,
 )
 from guardcache.errors import ConfigError
-from guardcache.llm.transport import TransportSettings
+from guardcache.llm.settings import TransportSettings
 from guardcache.prompts import fingerprint
 from guardcache.prompts.jinja import Settings
 from guardcache.rails.builder import build_client, build_runtime
@@ -153,9 +153,12 @@ def test_no_transport_keys_means_the_clients_defaults() -> None:
         ({"default_headers": {"content-type": "text/plain"}}, "set by the client itself"),
         ({"max_tokens": 0}, r"^max_tokens: expected a whole number > 0 \(got 0\)"),
         ({"max_tokens": True}, r"^max_tokens: expected a whole number > 0 \(got true\)"),
-        ({"temperature": "0"}, r"^temperature: expected a number >= 0 \(got '0'\)"),
+        ({"temperature": "0"}, r"^temperature: expected a number from 0 to 2 \(got '0'\)"),
         ({"top_p": 1.5}, r"^top_p: expected a number from 0 to 1 \(got 1.5\)"),
-        ({"stop": [1]}, r"^stop: expected a string or a list of strings \(got a list\)"),
+        ({"stop": [1]}, r"^stop: expected a string or a list of up to 4 strings \(got a list\)"),
+        ({"temperature": 2.5}, r"^temperature: expected a number from 0 to 2 \(got 2.5\)"),
+        ({"stop": ["a", "b", "c", "d", "e"]}, r"^stop: expected a string or a list of up to 4 strings"),
+        ({"presence_penalty": 3}, r"^presence_penalty: expected a number from -2 to 2 \(got 3\)"),
     ],
 )
 def test_invalid_parameters_are_config_errors_naming_the_key(params: dict[str, Any], complaint: str) -> None:
@@ -319,3 +322,17 @@ def test_the_main_model_gets_its_generation_settings_with_every_turn() -> None:
     assert isinstance(runner.main, ClientLLM)
     assert runner.main.params == {"temperature": 0.5}
     assert runner.main.client.deadline_s == 30.0
+
+
+def test_a_config_and_a_served_request_check_generation_fields_by_one_rule() -> None:
+    """config/parameters.py accepted any temperature >= 0 and any number of stop strings while serve
+    refused them: a config could build a model whose every call failed. Both read guardcache.generation."""
+    from guardcache.generation import GENERATION_FIELDS
+    from guardcache.server.protocol import PASSED_THROUGH
+
+    assert list(PASSED_THROUGH) == list(GENERATION_FIELDS)
+    for name, bad, good in [("temperature", 2.5, 2), ("stop", ["x"] * 5, ["x"] * 4), ("seed", 1.5, 7)]:
+        assert not PASSED_THROUGH[name](bad) and PASSED_THROUGH[name](good)
+        with pytest.raises(ConfigError, match=f"^{name}: expected "):
+            parse_parameters({name: bad})
+        parse_parameters({name: good})

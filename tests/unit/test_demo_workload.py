@@ -8,13 +8,13 @@ import pytest
 import yaml
 
 from guardcache.cache.keys import normalize_text
-from guardcache.checks.topic_safety.flows import build_messages
 from guardcache.config import RailsConfig
 from guardcache.demo.runner import CONFIG_DIR, GUARDS, demo_config, emulator_configs
 from guardcache.demo.workload import BLOCKED_KINDS, build_workload, counts, message_pool, message_pool_kinds
 from guardcache.emulator import EmulatorConfig, Policy
 from guardcache.emulator.model import GuardModel
 from guardcache.emulator.tokens import Tokenizer
+from guardcache.flows.topic_safety import build_messages
 
 POLICY = Policy.default()
 MODEL = GuardModel(POLICY)

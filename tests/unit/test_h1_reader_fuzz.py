@@ -35,15 +35,8 @@ from hypothesis import HealthCheck, Phase, event, given, settings
 from hypothesis import strategies as st
 
 from guardcache.llm.h1_pool import H1Lane, H1Reply, H1Stream, _Connection
-from guardcache.llm.wire import (
-    DECODE_RATIO_FLOOR,
-    BodyDecoder,
-    LineSplitter,
-    WireError,
-    WireKind,
-    WireLimits,
-    decode_body,
-)
+from guardcache.llm.transport_contract import WireError, WireKind, WireLimits
+from guardcache.llm.wire import DECODE_RATIO_FLOOR, BodyDecoder, LineSplitter, decode_body
 
 BASE_URL = "http://fuzz.test:80/v1"
 REQUEST = b"POST /v1/chat/completions HTTP/1.1\r\nHost: fuzz.test\r\nContent-Length: 2\r\n\r\n{}"

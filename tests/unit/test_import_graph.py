@@ -2,30 +2,26 @@
 
 Every ``guardcache/**/*.py`` is parsed with ``ast``; each ``guardcache`` import in it (at the top or
 inside a function, absolute or relative) is an edge from the module's unit to the imported module's
-unit. A unit is a top-level package or module (``cache``, ``config``, ``cli``), except that the
-check folders' data (``checks.catalog``: the catalog, every ``checks/<name>/flows.py`` and
-``parsers.py``, ``verdict``, ``answer`` and the package ``__init__``\\ s) is a unit of its own below
-the config, while the checks' runtime (``checks``: ``check.py``, ``codec.py``, a check's own
-``check.py``) sits above it, and the ``guardcache cache`` command (``cache/redis/cli.py``, which reads
-configs) is a unit of its own among the commands at the top, while the rest of ``cache`` is a leaf
-(``COMMANDS``). A module may import its own unit freely and any unit of a LOWER layer;
-importing a unit of its own layer (peers) or of a higher one is a violation, reported with the file,
-line, module and import. A module of an undeclared unit is a violation too: a new package gets a
-place in ``LAYERS`` (and in docs/architecture.md) before it is used.
+unit. A unit is a top-level package or module (``cache``, ``config``, ``cli``): the folders match
+the layers, with no module placed apart from its folder (the checks' flows are data in ``flows``,
+below the config; the ``guardcache cache`` command lives in ``commands``, above what it reads). A
+module may import its own unit freely and any unit of a LOWER layer; importing a unit of its own
+layer (peers) or of a higher one is a violation, reported with the file, line, module and import. A
+module of an undeclared unit is a violation too: a new package gets a place in ``LAYERS`` (and in
+docs/architecture.md) before it is used.
 
 Imports under ``if TYPE_CHECKING:`` are exempt from the layers: they are never executed. They are
 not exempt from the second rule, no circles between modules (:func:`circles`): a type named across a
 circle still ties the two modules together (one cannot be read, moved or tested without the other),
 so what both need gets one home below them. Imports by name at run
-time (``importlib.import_module``: the CLI's subcommands, the catalog loading its folders' ``flows``
-and ``parsers``) are not seen; both load modules the layering allows.
+time (``importlib.import_module``: the CLI's subcommands, the checks' catalog loading its folders'
+``parsers`` and ``check``) are not seen; both load modules the layering allows.
 """
 
 from __future__ import annotations
 
 import ast
 from dataclasses import dataclass
-from fnmatch import fnmatchcase
 from pathlib import Path
 
 import pytest
@@ -34,33 +30,20 @@ ROOT = Path(__file__).resolve().parents[2]
 PACKAGE = "guardcache"
 
 LAYERS: tuple[tuple[str, ...], ...] = (
-    ("errors", "flows", "language", "cache", "tracing"),  # leaves: each imports nothing else of guardcache
+    # leaves: each imports nothing else of guardcache
+    ("errors", "flows", "generation", "language", "cache", "tracing", "openai_wire"),
     ("llm",),  # the OpenAI-compatible client and per-request call records
     ("prompts",),  # rendering templates; the shipped NemoGuard prompts as data
-    ("checks.catalog",),  # the checks' data: flow specs (registered in ``flows``), answer parsers
-    ("config",),  # the pydantic boundary: validates flows against the catalog, selects prompts
+    ("config",),  # the pydantic boundary: validates flows against their specs, selects prompts
     ("checks",),  # the checks' runtime: normalize -> key -> cache -> render -> call -> parse
     ("rails",),  # LLMRails and the runtime around the checks
     ("guardcache",),  # guardcache/__init__.py: the public face
     ("emulator",),  # tools on top of the library
-    ("demo", "testing", "cache.redis.cli", "server"),  # commands: `guardcache cache` reads configs
+    ("demo", "testing", "commands", "server"),  # tools and commands
     ("cli",),  # `guardcache <command>`
     ("__main__",),  # `python -m guardcache`
 )
 """Lowest first. Units in one tuple are peers: neither imports the other."""
-
-CATALOG = (
-    "guardcache.checks.catalog",
-    "guardcache.checks.verdict",
-    "guardcache.checks.answer",
-    "guardcache.checks.*.flows",
-    "guardcache.checks.*.parsers",
-)
-"""The modules of the ``checks.catalog`` unit (with the packages under ``guardcache/checks``)."""
-
-COMMANDS = {"guardcache.cache.redis.cli": "cache.redis.cli"}
-"""Modules that are units of their own, above the package they live in: a command kept in its folder
-(``guardcache cache`` in ``cache/redis/``) reads configs, while the rest of ``cache`` is a leaf."""
 
 
 @dataclass(frozen=True)
@@ -144,31 +127,24 @@ def imports_of(root: Path, type_checking: bool = False) -> list[Import]:
     return out
 
 
-def unit_of(module: str, packages: set[str]) -> str:
-    """The unit a module belongs to (see the module docstring)."""
+def unit_of(module: str) -> str:
+    """The unit a module belongs to: its top-level package or module (see the module docstring)."""
     parts = module.split(".")
-    if len(parts) == 1:
-        return PACKAGE
-    if module in COMMANDS:
-        return COMMANDS[module]
-    if parts[1] == "checks" and (module in packages or any(fnmatchcase(module, p) for p in CATALOG)):
-        return "checks.catalog"
-    return parts[1]
+    return PACKAGE if len(parts) == 1 else parts[1]
 
 
 def violations(root: Path, layers: tuple[tuple[str, ...], ...] = LAYERS) -> list[str]:
     """What goes against ``layers`` under ``root/guardcache``, one line per offending import."""
     rank = {unit: i for i, layer in enumerate(layers) for unit in layer}
     modules = modules_of(root)
-    packages = {m for m, p in modules.items() if p.name == "__init__.py"}
     problems = [
-        f"{path.relative_to(root)}: module {module} is in unit {unit_of(module, packages)!r}, which "
+        f"{path.relative_to(root)}: module {module} is in unit {unit_of(module)!r}, which "
         "has no layer: add it to LAYERS in tests/unit/test_import_graph.py and to docs/architecture.md"
         for module, path in modules.items()
-        if unit_of(module, packages) not in rank
+        if unit_of(module) not in rank
     ]
     for imp in imports_of(root):
-        src, dst = unit_of(imp.module, packages), unit_of(imp.target, packages)
+        src, dst = unit_of(imp.module), unit_of(imp.target)
         if src == dst or src not in rank or dst not in rank or rank[dst] < rank[src]:
             continue
         why = "a peer of the same layer" if rank[dst] == rank[src] else "a higher layer"
@@ -223,30 +199,45 @@ def test_no_module_imports_round_a_circle() -> None:
     """llm/pool.py <-> h1_pool.py, llm/client.py <-> stream.py, server/app.py <-> routes.py and
     rails/llmrails.py <-> runnable.py, streaming.py were circles: the shared lanes, limits and TLS
     context live in llm/lanes.py, a stream reads its client through a protocol, the server's state
-    and body reading in server/state.py and server/intake.py, and the rails' turn in rails/runner.py."""
+    and body reading in server/state.py and server/body_limits.py, and the rails' turn in rails/runner.py."""
     assert circles(ROOT) == []
+
+
+def test_the_rails_faces_sit_on_the_runner() -> None:
+    """The rails' modules are in the graph the circle check walks (function-level and TYPE_CHECKING
+    imports too), and their faces import one way: RunnableRails (as NeMo's) holds an LLMRails, never
+    the reverse, and a stream is a turn of the runner, not of an LLMRails."""
+    edges = {(i.module, i.target) for i in imports_of(ROOT, type_checking=True)}
+
+    def imports(module: str, target: str) -> bool:
+        return any(m == module and (t == target or t.startswith(target + ".")) for m, t in edges)
+
+    assert imports("guardcache.rails.llmrails", "guardcache.rails.runner")  # the graph has the rails
+    assert not imports("guardcache.rails.llmrails", "guardcache.rails.runnable")
+    assert not imports("guardcache.rails.streaming", "guardcache.rails.llmrails")
 
 
 def test_the_graph_is_read_from_every_module() -> None:
     """A checker that reads nothing passes everything: make sure it reads the real edges."""
     edges = {(i.module, i.target) for i in imports_of(ROOT)}
-    assert ("guardcache.config.rails", "guardcache.checks.catalog") in edges  # the catalog edge
+    assert ("guardcache.config.rails", "guardcache.flows") in edges  # the flows the config validates
     assert ("guardcache.rails.runner", "guardcache.language") in edges  # from guardcache import x
     assert ("guardcache.emulator.for_config", "guardcache.emulator.server") in edges  # relative
     assert len(edges) > 200
 
 
-def test_the_catalog_is_data_and_the_runtime_is_not() -> None:
-    modules = modules_of(ROOT)
-    packages = {m for m, p in modules.items() if p.name == "__init__.py"}
-    catalog = {m for m in modules if unit_of(m, packages) == "checks.catalog"}
-    assert {
-        "guardcache.checks",
-        "guardcache.checks.catalog",
-        "guardcache.checks.content_safety.flows",
-    } <= catalog
-    assert unit_of("guardcache.checks.check", packages) == "checks"
-    assert unit_of("guardcache.checks.jailbreak_detection.check", packages) == "checks"
+def test_no_module_is_placed_apart_from_its_folder() -> None:
+    """The check folders and the commands once sat apart from their folders' layers (the checks'
+    flows below the config, ``cache/redis/cli.py`` at the top), through exception lists here: now a
+    module's unit is its folder, and the config reaches no check to know the flows."""
+    edges = {(unit_of(i.module), i.target) for i in imports_of(ROOT)}
+    assert not any(src == "config" and target.startswith("guardcache.checks") for src, target in edges)
+    assert not any(src == "cache" and target.startswith("guardcache.config") for src, target in edges)
+    assert "guardcache.commands.cache" in modules_of(ROOT)
+    # the rails builder knows no check: a check folder (checks/<name>/) names its builder
+    builder = {i.target for i in imports_of(ROOT) if i.module == "guardcache.rails.builder"}
+    assert "guardcache.checks.catalog" in builder
+    assert not [t for t in builder if t.startswith("guardcache.checks.") and t.count(".") > 2]
 
 
 # -- the checker can fail -------------------------------------------------------------------------
@@ -267,9 +258,11 @@ GOOD = {
     "cache/__init__.py": "",
     "llm/__init__.py": "from guardcache.errors import X\n",
     "prompts/__init__.py": "",
-    "config/__init__.py": "from guardcache.checks import catalog\nfrom guardcache.prompts import render\n",
+    "flows/__init__.py": "from guardcache.flows import spec\n",
+    "flows/spec.py": "",
+    "config/__init__.py": "from guardcache.flows import KNOWN_FLOWS\nfrom guardcache.prompts import render\n",
     "checks/__init__.py": "",
-    "checks/catalog.py": "from guardcache.checks.verdict import Verdict\n",
+    "checks/catalog.py": "from guardcache.checks.verdict import Verdict\nfrom guardcache.config import X\n",
     "checks/verdict.py": "from guardcache.llm import Usage\n",
     "checks/check.py": "from guardcache.config import RailsConfig\nfrom .verdict import Verdict\n",
     "rails/__init__.py": (
@@ -302,11 +295,17 @@ def test_a_tree_that_follows_the_layers_passes(tmp_path: Path) -> None:
             "from ..config import fields\n",
             "guardcache.prompts.render (unit 'prompts') imports guardcache.config",
         ),
-        # the catalog is data: it must not load the checks' runtime
+        # the flows are data: they must not load the checks' runtime
         (
-            "checks/content_safety/parsers.py",
+            "flows/content_safety.py",
             "from guardcache.checks.check import LLMCheck\n",
-            "(unit 'checks.catalog') imports guardcache.checks.check (unit 'checks', a higher layer)",
+            "(unit 'flows') imports guardcache.checks.check (unit 'checks', a higher layer)",
+        ),
+        # the config validates against the flows, never the checks
+        (
+            "config/rails.py",
+            "from guardcache.checks import catalog\n",
+            "guardcache.config.rails (unit 'config') imports guardcache.checks.catalog (unit 'checks'",
         ),
         # the library must not import its public face (a cycle through guardcache/__init__.py)
         ("rails/llmrails.py", "from guardcache import LLMRails\n", "imports guardcache (unit 'guardcache'"),
@@ -341,3 +340,17 @@ def test_a_circle_through_a_type_checking_import_is_found(tmp_path: Path) -> Non
     root = _tree(tmp_path / "circle", files)
     assert violations(root) == []  # the layers exempt it...
     assert circles(root) == [["guardcache.llm.client", "guardcache.llm.stream"]]  # ...the circles do not
+
+
+def test_a_circle_among_the_rails_modules_is_found(tmp_path: Path) -> None:
+    """What tests/unit/test_rails_runner.py's own detector used to look for: two rails modules that
+    import each other, one relatively and one only for its types."""
+    base = {**GOOD, "rails/__init__.py": "from guardcache import language\n"}
+    files = {
+        **base,
+        "rails/llmrails.py": "from .runnable import RunnableRails\n",
+        "rails/runnable.py": (
+            "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from guardcache.rails import llmrails\n"
+        ),
+    }
+    assert circles(_tree(tmp_path, files)) == [["guardcache.rails.llmrails", "guardcache.rails.runnable"]]

@@ -81,7 +81,10 @@ def test_the_main_models_key_counts_unless_llm_replaces_it(monkeypatch: pytest.M
 
 def test_a_model_without_a_key_variable_needs_none(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("NVIDIA_API_KEY", raising=False)
-    LLMRails(config())  # a local NIM without a key: fine, as before
+    rails = LLMRails(config())  # a local NIM without a key: fine, as before
+    clients = rails._runtime.clients
+    assert set(clients) == {"main", "content_safety"}
+    assert all("Authorization" not in client._headers for client in clients.values())  # no key sent
 
 
 def test_an_nvidia_key_set_but_not_sent_over_http_is_said_so(

@@ -27,12 +27,14 @@ from guardcache.errors import (
     BackendTimeoutError,
     InputRejectedError,
 )
-from guardcache.llm.client import DEFAULT_TIMEOUT, ChatClient
+from guardcache.llm.budget import DEFAULT_TIMEOUT
+from guardcache.llm.client import ChatClient
+from guardcache.llm.default_pools import aclose_all, get_http_client
 from guardcache.llm.httpx_pool import ClientPool
-from guardcache.llm.pool import aclose_all, get_http_client
 from guardcache.llm.response import error_summary, parse_usage
 from guardcache.llm.retry import RetryPolicy, parse_retry_after
-from guardcache.llm.types import Usage
+from guardcache.llm.transport_contract import Reply
+from guardcache.llm.types import ChatResult, Usage
 
 BASE = "http://nim.test:8000/v1"
 URL = f"{BASE}/chat/completions"
@@ -237,6 +239,32 @@ async def test_a_declined_answer_is_its_own_error_an_unsafe_input_never_retried(
     assert isinstance(info.value, InputRejectedError)  # the rail blocks it whatever on_error says
     assert len(script.requests) == 1
     assert "I can't help" not in str(info.value)  # a refusal can quote the user
+
+
+class TextAnswers(ChatClient):
+    """A client of another JSON endpoint (as the jailbreak classifier's): its answer is the text."""
+
+    def parse_answer(self, reply: Reply) -> ChatResult:
+        if reply.text == "unreadable":
+            raise ValueError("not this endpoint's answer")
+        return ChatResult(content=reply.text, usage=Usage(model="classifier"), duration=0.0)
+
+
+async def test_a_subclass_reads_its_endpoints_answers_through_the_public_parse_hook() -> None:
+    script = Script(httpx2.Response(200, text='{"jailbreak": false}'))
+    async with TextAnswers(BASE, model="m", transport=httpx2.MockTransport(script)) as client:
+        result = await client.send({"input": "hello"})
+    assert (result.content, result.usage.model, result.attempts) == ('{"jailbreak": false}', "classifier", 1)
+    assert result.duration > 0  # filled in for the whole call, as for a chat answer
+
+
+async def test_an_answer_the_parse_hook_cannot_read_is_a_protocol_error_never_retried() -> None:
+    script = Script(httpx2.Response(200, text="unreadable"))
+    async with TextAnswers(BASE, model="m", transport=httpx2.MockTransport(script)) as client:
+        with pytest.raises(BackendProtocolError) as info:
+            await client.send({"input": "hello"})
+    assert len(script.requests) == 1
+    assert info.value.status == 200 and URL in str(info.value)
 
 
 @pytest.mark.parametrize("status", [301, 302, 307, 308, 401, 403, 404])

@@ -14,10 +14,11 @@ import httpx2
 import pytest
 
 from guardcache.errors import BackendStatusError, BackendTimeoutError
-from guardcache.llm.client import DEFAULT_TIMEOUT, ChatClient, phase_timeouts
+from guardcache.llm.budget import DEFAULT_TIMEOUT, phase_timeouts
+from guardcache.llm.client import ChatClient
 from guardcache.llm.httpx_pool import ClientPool
 from guardcache.llm.retry import RetryPolicy
-from guardcache.llm.wire import Timeouts
+from guardcache.llm.transport_contract import Timeouts
 from tests.unit.test_llm_client import BASE, MESSAGES, Script, ok
 
 

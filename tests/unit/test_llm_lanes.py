@@ -13,7 +13,7 @@ import pytest
 
 from guardcache.llm.httpx_pool import ClientPool, httpx_limits, httpx_timeout
 from guardcache.llm.lanes import DEFAULT_LIMITS, PoolLimits, shared_ssl_context
-from guardcache.llm.wire import Timeouts
+from guardcache.llm.transport_contract import Timeouts
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -23,8 +23,9 @@ def test_the_default_path_never_imports_httpx2() -> None:
     code = (
         "import sys\n"
         "from guardcache import LLMRails, RailsConfig\n"
-        "import guardcache.llm, guardcache.llm.client, guardcache.llm.pool, guardcache.rails.builder\n"
-        "from guardcache.llm.pool import default_pool\n"
+        "import guardcache.llm, guardcache.llm.client, guardcache.llm.default_pools\n"
+        "import guardcache.rails.builder\n"
+        "from guardcache.llm.default_pools import default_pool\n"
         "default_pool()\n"
         "print(sorted(m for m in sys.modules if m.startswith(('httpx2', 'httpcore2'))))\n"
     )
@@ -32,13 +33,15 @@ def test_the_default_path_never_imports_httpx2() -> None:
     assert out.stdout.strip() == "[]"
 
 
-def test_httpx2_names_are_still_there_on_first_use() -> None:
+def test_the_package_names_httpx2s_pool_on_first_use_and_no_module_re_exports_it() -> None:
     import guardcache.llm
     import guardcache.llm.client
-    import guardcache.llm.pool
+    import guardcache.llm.default_pools
 
-    assert guardcache.llm.ClientPool is ClientPool is guardcache.llm.pool.ClientPool
-    assert guardcache.llm.client.ClientPool is ClientPool
+    assert guardcache.llm.ClientPool is ClientPool  # the public face, lazily
+    # Inside the package, a name has one home (the CHANGELOG says what moved where).
+    assert not hasattr(guardcache.llm.client, "ClientPool")
+    assert not hasattr(guardcache.llm.default_pools, "ClientPool")
 
 
 def test_timeouts_become_httpx2_timeouts_in_one_place() -> None:

@@ -11,9 +11,10 @@ import pytest
 
 from guardcache.config.parameters import TRANSPORT_KEYS, parse_parameters
 from guardcache.errors import BackendStatusError, ConfigError
-from guardcache.llm.client import DEFAULT_TIMEOUT, ChatClient
+from guardcache.llm.budget import DEFAULT_TIMEOUT
+from guardcache.llm.client import ChatClient
 from guardcache.llm.retry import RetryPolicy
-from guardcache.llm.transport import TransportSettings, check_base_url
+from guardcache.llm.settings import TransportSettings, check_base_url
 from tests.unit.test_llm_client import MESSAGES, Script, ok
 
 # --- check_base_url ------------------------------------------------------------------------------

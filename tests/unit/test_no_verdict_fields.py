@@ -15,7 +15,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from guardcache.checks.verdict import RailResult
 from guardcache.llm.records import ExplainInfo
 from guardcache.rails.turn import OUTCOMES, CheckResult, TurnInfo
-from guardcache.server import routes
+from guardcache.server import answers
 from guardcache.server.metrics import ServerMetrics
 
 OK = RailResult("a", True)
@@ -105,7 +105,7 @@ def test_the_summary_says_no_verdict_and_the_outcome() -> None:
 
 
 class _Stream:
-    """What routes read of a ``GuardedStream``: ``blocked``, ``rail``, ``turn``."""
+    """What the answers read of a ``GuardedStream``: ``blocked``, ``rail``, ``turn``."""
 
     def __init__(self, checks: CheckResult, blocked: str | None = None, rail: str | None = None) -> None:
         self.turn = TurnInfo(ExplainInfo(), checks)
@@ -115,7 +115,7 @@ class _Stream:
 
 def _served(stream: _Stream) -> tuple[dict[str, Any], dict[str, str] | None]:
     no_verdict = stream.turn.checks.no_verdict
-    return routes._extension(stream, "c", no_verdict), routes._headers(stream, no_verdict)  # type: ignore[arg-type]
+    return answers.extension(stream, "c", no_verdict), answers.headers(stream, no_verdict)  # type: ignore[arg-type]
 
 
 def test_an_answered_turn_keeps_its_shape_and_gets_no_header() -> None:
@@ -135,7 +135,7 @@ def test_an_answered_turn_keeps_its_shape_and_gets_no_header() -> None:
 def test_a_turn_without_a_verdict_lists_it_in_the_body_and_a_header() -> None:
     extension, headers = _served(_Stream(CheckResult((DOWN_PASSED,), (DOWN_PASSED._replace(flow="f"),))))
     assert extension == {"blocked": False, "no_verdict": ["c", "f"], "config_id": "c"}
-    assert headers == {routes.NO_VERDICT_HEADER: "c, f"}
+    assert headers == {answers.NO_VERDICT_HEADER: "c, f"}
     extension, headers = _served(_Stream(CheckResult((DOWN_BLOCKED,)), "input", "d"))
     assert extension == {
         "blocked": True,
@@ -145,7 +145,7 @@ def test_a_turn_without_a_verdict_lists_it_in_the_body_and_a_header() -> None:
         "config_id": "c",
         "no_verdict": ["d"],
     }
-    assert headers == {"X-Guardcache-Blocked": "input", routes.NO_VERDICT_HEADER: "d"}
+    assert headers == {"X-Guardcache-Blocked": "input", answers.NO_VERDICT_HEADER: "d"}
 
 
 def test_any_flow_name_makes_a_valid_splittable_header() -> None:
@@ -157,7 +157,7 @@ def test_any_flow_name_makes_a_valid_splittable_header() -> None:
     checks = CheckResult(tuple(RailResult(n, True, error="BackendTimeoutError: x") for n in names))
     _, headers = _served(_Stream(checks))
     assert headers is not None
-    value = headers[routes.NO_VERDICT_HEADER]
+    value = headers[answers.NO_VERDICT_HEADER]
     value.encode("ascii")  # latin-1-safe, and nothing a header cannot hold
     assert value.isprintable() and "\r" not in value and "\n" not in value
     assert value.split(", ")[0] == names[0]  # the usual names read as they are

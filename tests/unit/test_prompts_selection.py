@@ -135,7 +135,9 @@ def test_the_output_template_may_use_the_bot_response() -> None:
             "content": "{{ user_input }} / {{ bot_response }}",
         }
     ]
-    RailsConfig.from_content(CONFIG, prompts=prompts)
+    config = RailsConfig.from_content(CONFIG, prompts=prompts)
+    prompt = config.prompt_for("content_safety_check_output", "content_safety")
+    assert prompt.content == "{{ user_input }} / {{ bot_response }}"
 
 
 def test_message_list_prompts_load_and_are_checked() -> None:

@@ -9,12 +9,10 @@ network is involved and every path sees exactly the same verdicts and answers.
 
 from __future__ import annotations
 
-import ast
 import asyncio
 import json
 import re
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -22,7 +20,7 @@ import pytest
 from guardcache import REFUSAL, LLMRails, RailsConfig
 from guardcache.checks.check import CheckOutcome
 from guardcache.checks.verdict import Verdict
-from guardcache.errors import BackendConnectionError
+from guardcache.errors import BackendConnectionError, ConfigError
 from guardcache.flows import KNOWN_FLOWS, FlowRef
 from guardcache.llm.records import LLMCallInfo, record_call
 from guardcache.llm.stream import StreamTotals
@@ -298,45 +296,27 @@ async def test_runnable_rails_share_the_runner_of_the_rails_they_come_from() -> 
     assert rails.explain().checks.outcome == "allowed"
 
 
-# -- no import circle in the rails ------------------------------------------------------------------
+@pytest.mark.parametrize("face", ["LLMRails", "RunnableRails"])
+def test_during_main_refuses_a_model_with_tools_bound_in_any_binding(face: str) -> None:
+    """One rule for "this model may act" (rails/main_llm.py's binds_tools): runner.py read only the
+    outermost binding's kwargs, so tools under a with_config() (or passed to RunnableRails, which
+    wraps the model so) let a model that acts start before the input verdict."""
+    from guardcache.rails.runnable import RunnableRails
+    from guardcache.testing import EchoChatModel
 
-RAILS = Path(__file__).resolve().parents[2] / "guardcache" / "rails"
-
-
-def _rails_imports(path: Path) -> set[str]:
-    """The ``guardcache.rails`` modules a rails module imports anywhere: at the top, inside a
-    function or under ``if TYPE_CHECKING:`` (a circle is a circle to a reader, run or not)."""
-    found: set[str] = set()
-    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
-        names: list[str] = []
-        if isinstance(node, ast.ImportFrom) and node.module:
-            base = node.module if node.level == 0 else f"guardcache.rails.{node.module}"
-            names = [base, *(f"{base}.{alias.name}" for alias in node.names)]
-        elif isinstance(node, ast.Import):
-            names = [alias.name for alias in node.names]
-        for name in names:
-            parts = name.split(".")
-            module = parts[2] if parts[:2] == ["guardcache", "rails"] and len(parts) > 2 else None
-            if module is not None and (RAILS / f"{module}.py").exists():
-                found.add(module)
-    found.discard(path.stem)
-    return found
-
-
-def test_the_rails_modules_import_each_other_without_a_circle() -> None:
-    graph = {path.stem: _rails_imports(path) for path in RAILS.glob("*.py") if path.stem != "__init__"}
-    done: set[str] = set()
-
-    def visit(module: str, trail: tuple[str, ...]) -> None:
-        if module in trail:
-            raise AssertionError("import circle: " + " -> ".join((*trail[trail.index(module) :], module)))
-        if module in done:
-            return
-        for target in sorted(graph.get(module, ())):
-            visit(target, (*trail, module))
-        done.add(module)
-
-    for module in sorted(graph):
-        visit(module, ())
-    # the faces sit on the runner; RunnableRails (as NeMo's) holds an LLMRails, never the reverse
-    assert "runnable" not in graph["llmrails"] and "llmrails" not in graph["streaming"]
+    config = RailsConfig.from_content(
+        yaml_content=f"""
+models:
+  - type: content_safety
+    engine: nim
+    model: nvidia/llama-3.1-nemoguard-8b-content-safety
+    parameters: {{base_url: "{UNUSED_URL}"}}
+rails:
+  input: {{flows: [{INPUT_FLOW}], during_main: true}}
+""",
+        source="<test>",
+    )
+    tool = {"type": "function", "function": {"name": "send_email", "parameters": {"type": "object"}}}
+    llm = EchoChatModel().bind(tools=[tool]).with_config(tags=["app"])
+    with pytest.raises(ConfigError, match="during_main: the main model has tools bound"):
+        LLMRails(config, llm=llm) if face == "LLMRails" else RunnableRails(config, llm=llm)

@@ -7,8 +7,9 @@ from typing import Any
 
 import pytest
 
-from guardcache.server.protocol import RequestError, completion_body, parse_chat, parse_json
-from guardcache.server.streaming import DONE, ChunkWriter, error_event
+from guardcache.openai_wire import RequestError
+from guardcache.server.answers import DONE, ChunkWriter, chat_completion, error_event
+from guardcache.server.protocol import parse_chat, parse_json
 
 FUNCTION = {"type": "function", "function": {"name": "f", "parameters": {"type": "object"}}}
 USER = [{"role": "user", "content": "hi"}]
@@ -122,7 +123,11 @@ def test_what_cannot_be_served_is_a_400_naming_the_field(body: Any, param: str |
 
 
 def test_harmless_tool_fields_are_accepted() -> None:
-    parse_chat({"messages": USER, "tools": [], "tool_choice": "none", "n": 1})
+    """No tools, a choice of none and one choice: served, and what reaches the main model is the
+    choice alone (an empty tool list and n=1 say nothing it needs)."""
+    chat = parse_chat({"messages": USER, "tools": [], "tool_choice": "none", "n": 1})
+    assert chat.messages == USER
+    assert chat.params == {"tool_choice": "none"}
 
 
 def test_tool_fields_reach_the_main_model_as_they_were_sent() -> None:
@@ -158,7 +163,7 @@ def test_bodies_that_are_not_json(raw: bytes) -> None:
 
 
 def test_the_completion_body_is_openais_with_the_extension() -> None:
-    body = completion_body("id-1", "m", "text", "content_filter", None, {"blocked": True})
+    body = chat_completion("id-1", "m", "text", "content_filter", None, {"blocked": True})
     assert body["choices"][0]["message"] == {"role": "assistant", "content": "text"}
     assert body["choices"][0]["finish_reason"] == "content_filter"
     assert body["usage"] == {"prompt_tokens": 0, "completion_tokens": 0, "total_tokens": 0}

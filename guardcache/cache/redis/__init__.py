@@ -12,13 +12,11 @@ The pieces, one job each:
 - :mod:`~guardcache.cache.redis.stats`   ``TierStats`` and the counters shared through Redis
 - :mod:`~guardcache.cache.redis.tiered`  ``TieredCache``: L1 -> Redis -> backend, leases, stats flushing
 - :mod:`~guardcache.cache.redis.clearing` a clear that reaches every replica (clear tokens, ``ClearWatch``)
-- :mod:`~guardcache.cache.redis.cli`     ``guardcache cache stats|clear`` (not imported here)
 
 Like the rest of ``guardcache.cache`` this knows nothing of config files or LLMs: it takes plain
 settings (including the secret) and a codec (``guardcache.config.redis_env`` resolves the settings
-from ``ModelConfig`` and the environment, ``guardcache.rails.caches`` does the wiring). The one
-exception is the command, ``cli``: it reads configs, and is layered with the other commands, above
-everything it uses.
+from ``ModelConfig`` and the environment, ``guardcache.rails.caches`` does the wiring). Its command,
+``guardcache cache stats|clear``, reads configs, so it lives above them: ``guardcache.commands.cache``.
 """
 
 from __future__ import annotations

@@ -1,1 +1,2 @@
-"""NemoGuard Content Safety: the input and output rails and their answer parsers."""
+"""NemoGuard Content Safety: the answer parsers of its input and output rails (their flows:
+``guardcache.flows.content_safety``)."""

@@ -20,15 +20,15 @@ from guardcache.checks.check import (
     in_cache,
     run_cached,
 )
-from guardcache.checks.jailbreak_detection.flows import MODEL_TYPE
 from guardcache.checks.verdict import CachedCheck, Verdict
 from guardcache.config import RailsConfig
 from guardcache.config.parameters import validate_base_url
 from guardcache.errors import ConfigError, ParseError
 from guardcache.flows import FlowSpec
+from guardcache.flows.jailbreak_detection import JAILBREAK_DETECTION, MODEL_TYPE
 from guardcache.llm.client import ChatClient
+from guardcache.llm.transport_contract import Reply
 from guardcache.llm.types import ChatResult, Usage
-from guardcache.llm.wire import Reply
 
 MODEL = "nvidia/nemoguard-jailbreak-detect"
 
@@ -44,8 +44,10 @@ class ClassifyClient(ChatClient):
     async def classify(self, text: str, deadline: float | None = None) -> ChatResult:
         return await self.send({"input": text}, deadline=deadline)
 
-    def _parse(self, response: Reply) -> ChatResult:
-        return ChatResult(content=response.text, usage=Usage(0, 0, 0, 0, MODEL, "nim"), duration=0.0)
+    def parse_answer(self, reply: Reply) -> ChatResult:
+        """The classifier's JSON text as the result's content, read by the check's parser (which
+        says whether it is a verdict); a classifier reports no token usage."""
+        return ChatResult(content=reply.text, usage=Usage(0, 0, 0, 0, MODEL, "nim"), duration=0.0)
 
 
 class ClassifyCheck:
@@ -117,4 +119,7 @@ def build_classify_check(
     )
 
 
-__all__ = ["ClassifyCheck", "ClassifyClient", "build_classify_check"]
+BUILDERS = {JAILBREAK_DETECTION.name: build_classify_check}
+"""This folder's flows that are not chat checks, with their builder (``guardcache.checks.catalog``)."""
+
+__all__ = ["BUILDERS", "ClassifyCheck", "ClassifyClient", "build_classify_check"]

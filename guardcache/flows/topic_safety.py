@@ -12,7 +12,7 @@ from collections.abc import Mapping, Sequence
 from types import MappingProxyType
 from typing import Any
 
-from guardcache.flows import FlowSpec, register_flow
+from guardcache.flows.spec import FlowSpec
 
 OUTPUT_RESTRICTION = (
     'If any of the above conditions are violated, please respond with "off-topic". '
@@ -34,17 +34,18 @@ def build_messages(rendered: list[dict[str, str]], variables: Mapping[str, Any])
     ]
 
 
-TOPIC_SAFETY_INPUT = register_flow(
-    FlowSpec(
-        name="topic safety check input",
-        direction="input",
-        required_args=("model",),
-        prompt_task="topic_safety_check_input",
-        variables=("user_input", "history"),
-        default_parser="topic_safety",
-        params=MappingProxyType({"temperature": 0.01, "max_tokens": 10}),
-        build_messages=build_messages,
-    )
+TOPIC_SAFETY_INPUT = FlowSpec(
+    name="topic safety check input",
+    direction="input",
+    required_args=("model",),
+    prompt_task="topic_safety_check_input",
+    variables=("user_input", "history"),
+    default_parser="topic_safety",
+    params=MappingProxyType({"temperature": 0.01, "max_tokens": 10}),
+    build_messages=build_messages,
 )
 
-__all__ = ["OUTPUT_RESTRICTION", "TOPIC_SAFETY_INPUT", "build_messages"]
+FLOWS = (TOPIC_SAFETY_INPUT,)
+"""This check's flows, registered by ``guardcache.flows``."""
+
+__all__ = ["FLOWS", "OUTPUT_RESTRICTION", "TOPIC_SAFETY_INPUT", "build_messages"]

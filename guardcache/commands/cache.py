@@ -6,8 +6,8 @@ background). It connects with each model's own ``cache.redis`` settings from the
 a standalone server, a Redis Cluster (SCAN and UNLINK on every primary, one slot per UNLINK) or the
 primary a Sentinel set names. Credentials come from the environment variables the config names.
 
-The one ``guardcache.cache`` module that reads configs (the command's job): it sits at the top of the
-layers with the other commands (docs/architecture.md), while the rest of the cache stays a leaf.
+It reads configs (the command's job), so it lives with the commands, above the config and the cache
+it uses (docs/architecture.md), and the cache stays a leaf.
 
 It needs no tier secret (only where Redis is and how to log in): counting and deleting go by key
 prefix and scope, which are public, while the digests inside the braces are HMACs only the replicas

@@ -10,20 +10,21 @@ default).
 
 from __future__ import annotations
 
-from guardcache.flows import FlowSpec, register_flow
+from guardcache.flows.spec import FlowSpec
 
 MODEL_TYPE = "jailbreak_detection"
 
-JAILBREAK_DETECTION = register_flow(
-    FlowSpec(
-        name="jailbreak detection model",
-        direction="input",
-        variables=("user_input",),
-        backend="classify",
-        models=(MODEL_TYPE,),
-        model_required=False,
-        default_parser="jailbreak_detection",
-    )
+JAILBREAK_DETECTION = FlowSpec(
+    name="jailbreak detection model",
+    direction="input",
+    variables=("user_input",),
+    backend="classify",
+    models=(MODEL_TYPE,),
+    model_required=False,
+    default_parser="jailbreak_detection",
 )
 
-__all__ = ["JAILBREAK_DETECTION", "MODEL_TYPE"]
+FLOWS = (JAILBREAK_DETECTION,)
+"""This check's flows, registered by ``guardcache.flows``."""
+
+__all__ = ["FLOWS", "JAILBREAK_DETECTION", "MODEL_TYPE"]

@@ -7,38 +7,26 @@
   the transport behind a caller's own ``transport=`` / ``http_client=``).
 - :func:`aclose_all`: closes both default pools' connections of the running loop.
 
-The layers under it: :mod:`guardcache.llm.lanes` (lanes per (loop, base URL), the limits, the TLS
-context: what every transport shares), then each transport (:mod:`~guardcache.llm.h1_pool`,
-:mod:`~guardcache.llm.httpx_pool`), then this module; a transport never imports the chooser. Names
-that lived here before the split are re-exported.
+The layers under it: :mod:`guardcache.llm.transport_contract` (what a transport is),
+:mod:`guardcache.llm.lanes` (lanes per (loop, base URL), the limits, the TLS context: what every
+transport shares), then each transport (:mod:`~guardcache.llm.h1_pool`,
+:mod:`~guardcache.llm.httpx_pool`), then this module; a transport never imports the chooser. Why a
+module of its own: the choice of the default and the process-wide state (one pool of each kind, made
+on first use) live in one place that only the client and ``aclose_all``'s callers read.
 """
 
 from __future__ import annotations
 
 import threading
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from guardcache.llm.h1_pool import H1Pool
-from guardcache.llm.lanes import DEFAULT_LIMITS, USER_AGENT, LoopLanes, normalize_base_url, shared_ssl_context
-from guardcache.llm.wire import WirePool
+from guardcache.llm.transport_contract import WirePool
 
 if TYPE_CHECKING:
     import httpx2
 
-    from guardcache.llm.httpx_pool import ADMISSION_FACTOR, ClientPool, Lane, wire_error
-
-_LAZY = frozenset({"ADMISSION_FACTOR", "ClientPool", "Lane", "wire_error"})
-"""httpx2's transport, re-exported on first use: importing httpx2 costs ~90 ms, and only a caller's
-own ``transport=`` / ``http_client=`` (or :func:`get_http_client`) needs it, never the default (h1)."""
-
-
-def __getattr__(name: str) -> Any:
-    if name in _LAZY:
-        from guardcache.llm import httpx_pool
-
-        return getattr(httpx_pool, name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-
+    from guardcache.llm.httpx_pool import ClientPool
 
 _httpx_pool: ClientPool | None = None  # the process's httpx2 pool, made on first use
 _default_wire: WirePool | None = None
@@ -83,18 +71,4 @@ async def aclose_all() -> None:
         await _default_wire.aclose_all()
 
 
-__all__ = [
-    "ADMISSION_FACTOR",
-    "DEFAULT_LIMITS",
-    "USER_AGENT",
-    "ClientPool",
-    "Lane",
-    "LoopLanes",
-    "WirePool",
-    "aclose_all",
-    "default_pool",
-    "get_http_client",
-    "normalize_base_url",
-    "shared_ssl_context",
-    "wire_error",
-]
+__all__ = ["aclose_all", "default_pool", "get_http_client"]

@@ -10,6 +10,9 @@ config (docs/architecture.md, "Layers").
 :func:`check_base_url` is the one rule for an API root. The config applies it to
 ``parameters.base_url`` (its ``ConfigError`` names the file and field) and ``ChatClient`` to the
 URL it is given; here it raises a plain ``ValueError``, the client's own error, not the config's.
+
+Settings, not a transport (the module was ``transport.py``): it holds values and opens nothing; the
+transports are :mod:`guardcache.llm.h1_pool` and :mod:`guardcache.llm.httpx_pool`.
 """
 
 from __future__ import annotations
