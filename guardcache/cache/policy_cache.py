@@ -128,10 +128,10 @@ class PolicyCache(CacheInterface):
         counting = self.recorder.enabled
         self._counts: Counts | None = [0] * N_COUNTERS if counting else None
         bare = self._s.hot
-        if ttl is None:  # today's paths, untouched: no clock read, no extra call
+        if self._ttl is None:  # today's paths, untouched: no clock read, no extra call
             self._flight = SingleFlight(self._lock, self._lookup, bare.put, self._counts)
         else:
-            bare = with_expiry(bare, self._s, self._lock, ttl, clock, self._expire)
+            bare = with_expiry(bare, self._s, self._lock, self._ttl, clock, self._expire)
             self._flight = SingleFlight(self._lock, self._lookup_fresh, self._store_loaded, self._counts)
             self.contains = self._contains_fresh  # type: ignore[method-assign]
         #: The put loads store with (the policy's, stamped with ``clock`` when there is a ttl).
