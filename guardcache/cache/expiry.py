@@ -1,11 +1,17 @@
 """Expiry (a cache's ``ttl``): an entry older than ``ttl`` seconds is a miss, found and dropped lazily.
 
-Why a module of its own, whose paths stand in for the policy's (as
-:func:`~guardcache.cache.reporting.with_line_check`'s do for the stats line) rather than written into
-them: a cache without a ``ttl`` keeps its policy's bare ``get`` and ``put``, so its hit path reads no
-clock and makes no extra call; only a cache with a ``ttl`` pays for the check (a subtraction, and the
-call to the policy's ``touch_at`` a hit). One expiring ``get`` serves every policy: a copy of each
-policy's hot path with the check inlined would have to be kept in step with it by hand.
+Why paths that stand in for the policy's (as :func:`~guardcache.cache.reporting.with_line_check`'s
+do for the stats line) rather than a check written into them: a cache without a ``ttl`` keeps its
+policy's bare ``get`` and ``put``, so its hit path reads no clock and makes no extra call. A cache
+with a ``ttl`` gets the policy's expiring ``get`` (``hot.expiring``: the same hit path with the check
+inlined, sharing the clock read the hit makes anyway; a second copy, kept in step with the first by
+the policy suite, because a check in front of it cost a hit 1.28-1.53x and this 1.06-1.12x,
+benchmarks/bench_cache_ttl.py), or, for a policy without one, this module's ``get`` on ``touch``.
+
+Each entry's deadline (``created`` + ``ttl``) is kept in a list of its own, ``Slots.deadline``, by
+caches with a ttl only: a hit reads it with a specialized list subscript and compares two floats,
+where reading the stamp out of ``created`` (an ``array('d')``, for memory) made a float and cost ~40
+ns more. The put path (this module's ``put``) keeps it: the deadline of every new or replaced entry.
 
 An entry's age is counted from its ``created`` stamp (:mod:`~guardcache.cache.slots`): when its
 value was stored, i.e. when the guard gave the verdict (a verdict filled in from another tier is
@@ -19,9 +25,7 @@ Lazy: an expired entry is found by a lookup (``get``, the single flight's lookup
 finds it, it keeps its slot and counts in ``size()``; nobody asks for it, so either policy evicts it
 early anyway. No sweeper thread: a verdict nobody asks for costs memory, never a wrong answer.
 
-The expiring ``get`` takes the cache's lock as the policy's own does, and makes the policy's moves
-for a hit through ``touch_at`` with the clock it read for the age: the hit costs one call more than
-a cache without a ttl, not a second lookup and a second clock read.
+The expiring ``get`` takes the cache's lock as the policy's own does.
 """
 
 from __future__ import annotations
@@ -60,15 +64,14 @@ def with_expiry(
     ``expire(key)`` (under the lock: it removes the entry and counts the expiration) for an older
     one, a miss; and a ``put`` that stamps the stored entry with ``clock``.
 
-    The ``get`` is the policy's own expiring one when it has one (``hot.expiring``: the check
-    inlined in its hit path, ~1.1x a hit without a ttl; both built-in policies do), else this
-    module's: one lookup, one clock read, the policy's moves for a hit through ``touch_at``
-    (~1.36x: the call and its attribute reads), counting its hits and misses here. A check in
-    front of the bare ``get`` cost a second lookup and a second clock read on top.
-    Measured in benchmarks/bench_cache_ttl.py.
+    The ``get`` is the policy's own expiring one when it has one (``hot.expiring``; both built-in
+    policies do), else this module's: one lookup, one clock read, the policy's moves for a hit
+    through ``touch`` with that clock read, counting its hits and misses here. The ``put`` sets
+    the deadline of what it stored.
     """
     _, put, counts, inlined = hot
-    index, created, values, touch_at = s.index, s.created, s.values, s.touch_at
+    index, created, values, touch = s.index, s.created, s.values, s.touch
+    deadline = s.keep_deadlines()
     acquire, release = lock.acquire, lock.release
     hits = misses = 0
 
@@ -79,9 +82,9 @@ def with_expiry(
             i = index.get(key)
             if i is not None:
                 now = clock()
-                if now - created[i] < ttl:
+                if now < deadline[i]:
                     hits += 1
-                    touch_at(i, now)
+                    touch(i, now)
                     return values[i]
                 expire(key)
             misses += 1
@@ -89,13 +92,20 @@ def with_expiry(
         finally:
             release()
 
+    restamp = clock is not slot_clock  # a test's clock: the stamp must be on it
+
     def stamped_put(key: Hashable, value: Any) -> None:
         acquire()
         try:
             put(key, value)
             i = index.get(key)
             if i is not None:  # (an admission policy may have turned it away)
-                created[i] = clock()
+                if restamp:
+                    created[i] = clock()
+                if i < len(deadline):
+                    deadline[i] = created[i] + ttl
+                else:  # a new slot (the LFU's put grows its columns inline, this one here)
+                    deadline.append(created[i] + ttl)
         finally:
             release()
 
@@ -103,12 +113,9 @@ def with_expiry(
         h, m, evictions, updates = counts()
         return h + hits, m + misses, evictions, updates
 
-    # The policy's put stamps a new or replaced entry with the slots' clock: with that clock (every
-    # cache but a test's) it is already stamped as the check reads it, and the put stays bare.
-    store = put if clock is slot_clock else stamped_put
     if inlined is not None:  # the policy's own (counting in its cells)
-        return HotPaths(inlined(ttl, clock, expire), store, counts)
-    return HotPaths(expiring_get, store, all_counts)
+        return HotPaths(inlined(ttl, clock, expire), stamped_put, counts)
+    return HotPaths(expiring_get, stamped_put, all_counts)
 
 
 __all__ = ["Clock", "check_ttl", "with_expiry"]

@@ -25,7 +25,7 @@ What a policy owes the cache (all of it under the cache's lock, which the hot pa
   (an update is an access), evicting to stay within ``maxsize``, or refusing the new entry at once
   (an admission policy may: that counts as a put and an eviction);
 - ``touch(slot)``: an access that did not come through ``hot.get`` (the single flight's hits);
-  ``touch_at(slot, now)``: the same with the clock already read (an expiring ``get``'s hits);
+  ``touch(slot, now)`` with the clock already read (an expiring lookup's hits);
 - ``remove(key)``: delete, not an eviction; ``reset()``: drop every entry (the cache counts them);
 - ``frequency(slot)``: what the policy knows of the entry's popularity, for ``entry()``;
 - ``eviction_order()``: keys from the next victim to the safest, for tests and debugging;
@@ -54,7 +54,7 @@ class HotPaths(NamedTuple):
     """A cache's ``get(key, default=None)`` and ``put(key, value)``, and ``counts()``: the totals
     they counted since they were made, ``(hits, misses, evictions, updates)``; read it holding the
     lock. ``expiring``: the policy's own ``get`` with the ttl check inlined, when it has one (else
-    :mod:`~guardcache.cache.expiry` builds one on ``touch_at``)."""
+    :mod:`~guardcache.cache.expiry` builds one on ``touch``)."""
 
     get: GetPath
     put: Callable[[Hashable, Any], None]
@@ -101,14 +101,18 @@ class EvictionPolicy(Protocol):
     created: array[float]
     accessed: list[float | None]
     removed: int
+    #: By slot, when the entry expires; kept (not None) only by a cache with a ttl.
+    deadline: list[float] | None
 
-    def touch(self, i: int) -> None:
-        """Count an access of slot ``i`` (a hit that did not go through ``hot.get``)."""
+    def keep_deadlines(self) -> list[float]:
+        """Start keeping ``deadline`` (:class:`~guardcache.cache.slots.Slots` does it for every
+        policy built on it)."""
         ...
 
-    def touch_at(self, i: int, now: float) -> None:
-        """:meth:`touch` at ``now`` (on :data:`~guardcache.cache.slots.clock`'s scale), read by the
-        caller: an expiring ``get`` (:mod:`~guardcache.cache.expiry`) reads the clock once."""
+    def touch(self, i: int, now: float | None = None) -> None:
+        """Count an access of slot ``i`` (a hit that did not go through ``hot.get``); ``now``: the
+        clock already read (on :data:`~guardcache.cache.slots.clock`'s scale), as an expiring
+        lookup has it (:mod:`~guardcache.cache.expiry`)."""
         ...
 
     def remove(self, key: Hashable) -> bool:

@@ -256,7 +256,12 @@ class PolicyCache(CacheInterface):
         entries it holds. The restored entries count as puts (so puts - evictions stays the size);
         hits, misses and loads start at zero: they are this process's."""
         with self._lock:
-            return self._s.restore_state(state)
+            n = self._s.restore_state(state)
+            s, ttl = self._s, self._ttl
+            if ttl is not None and s.deadline is not None:  # each entry keeps its age
+                for i in s.index.values():
+                    s.deadline[i] = s.created[i] + ttl
+            return n
 
     # -- stats -----------------------------------------------------------------------------------
 
@@ -344,7 +349,7 @@ class PolicyCache(CacheInterface):
         """Under the lock: remove ``key`` if it is ``ttl`` old, counting an expiration; whether it was."""
         s, ttl = self._s, self._ttl
         i = s.index.get(key)
-        if i is None or ttl is None or self._clock() - s.created[i] < ttl:
+        if i is None or ttl is None or s.deadline is None or self._clock() < s.deadline[i]:
             return False
         s.remove(key)
         if self._counts is not None:
@@ -364,12 +369,12 @@ class PolicyCache(CacheInterface):
         if i is None:
             return MISSING
         now = self._clock()
-        if now - s.created[i] >= self._ttl:  # type: ignore[operator]  # only bound with a ttl
+        if now >= s.deadline[i]:  # type: ignore[index]  # only bound with a ttl (deadlines kept)
             s.remove(key)
             if self._counts is not None:
                 self._counts[EXPIRATIONS] += 1
             return MISSING
-        s.touch_at(i, now)
+        s.touch(i, now)
         return s.values[i]
 
     def _contains_fresh(self, key: Hashable) -> bool:
@@ -391,6 +396,8 @@ class PolicyCache(CacheInterface):
         i = s.index.get(key)
         if i is not None:
             s.created[i] -= age
+            if s.deadline is not None:
+                s.deadline[i] -= age
 
     def _age_for(self, remaining: float) -> float:
         """How much older than now an entry with ``remaining`` seconds of life left is stored."""

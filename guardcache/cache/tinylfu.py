@@ -83,8 +83,7 @@ class Sizes(NamedTuple):
 
 class _Paths(NamedTuple):
     hot: HotPaths
-    touch: Callable[[int], None]
-    touch_at: Callable[[int, float], None]
+    touch: Callable[[int, float | None], None]
     remove: Callable[[Hashable], bool]
     reset: Callable[[], None]
     sizes: Callable[[], Sizes]
@@ -142,11 +141,8 @@ class TinyLFUPolicy(Slots):
     def columns(self) -> tuple[MutableSequence[Any], ...]:
         return (*super().columns(), self.prev, self.next, self.queue, self.freq)
 
-    def touch(self, i: int) -> None:
-        self._paths.touch(i)
-
-    def touch_at(self, i: int, now: float) -> None:
-        self._paths.touch_at(i, now)
+    def touch(self, i: int, now: float | None = None) -> None:
+        self._paths.touch(i, now)
 
     def remove(self, key: Hashable) -> bool:
         return self._paths.remove(key)
@@ -332,6 +328,8 @@ def _paths(s: TinyLFUPolicy, lock: threading.RLock) -> _Paths:
         read a hit makes anyway (see :func:`~guardcache.cache.lfu_core.hot_paths`' ``expiring``
         for why a second copy, and what keeps it in step)."""
 
+        deadline = s.keep_deadlines()
+
         def expiring_get(key: Hashable, default: Any = None) -> Any:
             nonlocal hits, misses, protected
             acquire()
@@ -341,7 +339,7 @@ def _paths(s: TinyLFUPolicy, lock: threading.RLock) -> _Paths:
                     misses += 1
                     return default
                 now = clock()
-                if now - created[i] >= ttl:
+                if now >= deadline[i]:
                     expire(key)
                     misses += 1
                     return default
@@ -590,15 +588,10 @@ def _paths(s: TinyLFUPolicy, lock: threading.RLock) -> _Paths:
             demote()
             budget -= 1
 
-    def touch(i: int) -> None:
+    def touch(i: int, now: float | None = None) -> None:
         nonlocal touches
         touches += 1
-        access(i, _clock())
-
-    def touch_at(i: int, now: float) -> None:
-        nonlocal touches
-        touches += 1
-        access(i, now)
+        access(i, _clock() if now is None else now)
 
     def remove(key: Hashable) -> bool:
         nonlocal window, protected
@@ -745,7 +738,7 @@ def _paths(s: TinyLFUPolicy, lock: threading.RLock) -> _Paths:
         return len(index)
 
     hot = HotPaths(get, put if maxsize else put_nothing, counts, expiring)
-    return _Paths(hot, touch, touch_at, remove, reset, sizes, export_state, restore_state)
+    return _Paths(hot, touch, remove, reset, sizes, export_state, restore_state)
 
 
 class TinyLFUCache(PolicyCache):

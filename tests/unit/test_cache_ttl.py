@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import math
+import random
 
 import pytest
 from prometheus_client import generate_latest
@@ -236,3 +237,35 @@ def test_stats_add_and_subtract_expirations() -> None:
     b = CacheStats(hits=3, expirations=5)
     assert (b - a).expirations == 3 and (a + b).expirations == 7
     assert a["expirations"] == a.expirations == 2
+
+
+@pytest.mark.parametrize("clocked", [True, False], ids=["test clock", "slots' clock"])
+@pytest.mark.parametrize("policy", POLICIES)
+def test_every_entry_keeps_its_deadline_through_puts_evictions_reuse_and_clear(
+    policy: str, clocked: bool
+) -> None:
+    """The deadline column (what a hit reads) stays as long as the table and, for every entry, is
+    its stamp plus the ttl: whichever way the policy grew its table (inline or through ``grow``),
+    reused a slot, replaced a value or aged a load."""
+    clock = FakeClock()
+    cache = make_cache(policy, 16, ttl=TTL, clock=clock) if clocked else make_cache(policy, 16, ttl=TTL)
+    s = cache._s  # the table under test
+    rng = random.Random(7)
+    for step in range(3000):
+        key = rng.randrange(60)
+        op = rng.random()
+        if op < 0.5:
+            cache.put(key, step)
+        elif op < 0.8:
+            cache.get(key)
+        elif op < 0.9:
+            cache.put_expiring(key, step, remaining=rng.uniform(0, TTL))
+        elif op < 0.98:
+            cache.delete(key)
+        else:
+            cache.clear()
+        clock.advance(rng.uniform(0, 2))
+        deadline = s.deadline
+        assert deadline is not None and len(deadline) == len(s.keys)
+        for i in s.index.values():
+            assert deadline[i] == pytest.approx(s.created[i] + TTL, abs=1e-9)
