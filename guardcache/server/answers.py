@@ -5,8 +5,10 @@ headers every route reports a turn with, and the refusals and failures in OpenAI
 Why one place: the chat route, the Responses API and the gateways' routes report the same facts
 (blocked or not, by which rail, with a verdict or without), and a client reads them the same way
 whichever route it called. The OpenAI shapes themselves are :mod:`guardcache.openai_wire`'s (the
-emulator writes the same); what is added here is guardcache's (the extension, the headers). Bytes
-are written by ``server/responses.py``; no I/O here.
+emulator writes the same); what is added here is guardcache's (the extension, the headers). The
+Responses API's own shapes, which share nothing else with these, are
+``server/responses_answers.py``'s, given this module's report. Bytes are written by
+``server/responses.py``; no I/O here.
 
 Stream events are bytes joined from fragments made once per completion (the head with the id,
 model and creation time) or once per process (the fixed structure around a value), so a token costs

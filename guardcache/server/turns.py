@@ -1,7 +1,9 @@
-"""A served chat turn run to its answer, plain or streamed: how it ends in the metrics, and a turn
-that fails before its answer starts (502/504 for the main model, 500 for a bug, a client that left
-re-raised). What the answer says is ``server/answers.py``'s; the chat route (``server/routes.py``)
-and the Responses API (``server/responses_api.py``) both end their turns here.
+"""A served turn run to its answer, plain or streamed: how it ends in the metrics, and a turn that
+fails before its answer starts (502/504 for the main model, 500 for a bug, a client that left
+re-raised). The chat route (``server/routes.py``) and the Responses API
+(``server/responses_api.py``) both run their turns here, so a turn is counted, failed and cancelled
+the same way whichever route it came by; what their answers say is ``server/answers.py``'s and
+``server/responses_answers.py``'s.
 
 A client that leaves cancels the turn wherever it waits (``server/client_watch.py``): the turn and
 its main call are cancelled, and counted with the outcome ``client_left``.
@@ -21,13 +23,16 @@ from guardcache.rails.runner import GuardedTurn
 from guardcache.rails.streaming import GuardedStream
 from guardcache.server import answers
 from guardcache.server.responses import EventStream, JSONResponse, LastEvent
+from guardcache.server.responses_answers import ResponseEvents, ResponseShape, plain_response
 from guardcache.server.state import ServerState
 
 log = logging.getLogger("guardcache.server")
 
 
 class ServedTurns:
-    """The chat route's turns run to their answers (see the module docstring)."""
+    """The served turns run to their answers (see the module docstring): the chat route's
+    (:meth:`plain`, :meth:`stream`) and the Responses API's (:meth:`response`,
+    :meth:`response_stream`)."""
 
     def __init__(self, state: ServerState) -> None:
         self.state = state
@@ -106,6 +111,73 @@ class ServedTurns:
                 seconds=time.monotonic() - started,
                 first_piece=first_at - started if first_at is not None else None,
             )
+
+    # -- the Responses API ------------------------------------------------------------------------
+
+    async def response(
+        self, turn: GuardedTurn, config_id: str, shape: ResponseShape, started: float
+    ) -> ASGIApp:
+        """The whole turn, answered as one ``response`` object with guardcache's report."""
+        try:
+            text = await turn.complete()
+        except BaseException as exc:
+            return self.failed(config_id, exc, started, "plain")
+        self.observe(config_id, turn, started, "plain")
+        no_verdict = turn.turn.checks.no_verdict
+        report = answers.extension(turn, config_id, no_verdict)
+        found = answers.headers(turn, no_verdict)
+        return plain_response(shape, turn, text, report, found)
+
+    async def response_stream(
+        self, stream: GuardedStream, config_id: str, shape: ResponseShape, started: float
+    ) -> ASGIApp:
+        """The turn's Responses events, once its first piece is there (a turn blocked at input, or
+        failed before any text, is answered with its status and headers)."""
+        try:
+            first = await first_piece(stream)
+        except BaseException as exc:
+            await stream.aclose()
+            return self.failed(config_id, exc, started, "stream")
+        found = answers.headers(stream, stream.turn.checks.no_verdict)
+        events = self._response_events(stream, first, config_id, shape, started)
+        return EventStream(events, found)
+
+    async def _response_events(
+        self, stream: GuardedStream, first: str | None, config_id: str, shape: ResponseShape, started: float
+    ) -> AsyncIterator[bytes]:
+        """Unlike a chat stream's, the response is announced before its first text (the Responses
+        API's order), and its end is its own event with the whole response in it."""
+        events = ResponseEvents(shape)
+        outcome: str | None = None
+        try:
+            yield events.start()
+            text = (first or "") + stream.ready()
+            if text:
+                yield events.text(text)
+            try:
+                async for piece in stream:
+                    yield events.text(piece + stream.ready())
+            except BackendError as exc:
+                outcome = "main_error"
+                self.state.metrics.main_error(config_id, type(exc).__name__)
+                yield LastEvent(events.error(answers.main_model_failed_mid_stream(type(exc).__name__)))
+                return
+            report = answers.extension(stream, config_id, stream.turn.checks.no_verdict)
+            outcome = answers.outcome(stream)
+            yield LastEvent(events.end(stream.tool_calls, stream.usage, report, stream.finish_reason))
+        finally:
+            await stream.aclose()
+            first_at = stream.first_piece_at
+            self.state.metrics.observe_turn(
+                config_id,
+                stream.turn,
+                mode="stream",
+                outcome=outcome or "client_left",
+                seconds=time.monotonic() - started,
+                first_piece=first_at - started if first_at is not None else None,
+            )
+
+    # -- both ------------------------------------------------------------------------------------
 
     def observe(self, config_id: str, turn: GuardedTurn, started: float, mode: str) -> None:
         """An answered turn, into the metrics."""
