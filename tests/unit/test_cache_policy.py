@@ -91,8 +91,8 @@ class FIFOPolicy(Slots):
             self.created[i], self.accessed[i] = clock(), None
             self.order.append(key)
 
-    def touch(self, i: int) -> None:
-        self.accessed[i] = clock()
+    def touch(self, i: int, now: float | None = None) -> None:
+        self.accessed[i] = clock() if now is None else now
 
     def remove(self, key: Hashable) -> bool:
         i = self.index.pop(key, None)
@@ -800,3 +800,22 @@ def test_a_large_cache_that_stays_small_keeps_a_small_sketch() -> None:
     for i in range(1000):
         c.put(i, i)
     assert len(tinylfu_policy(c).sketch.table) == 16
+
+
+def test_a_policy_without_its_own_expiring_get_expires_through_the_generic_one() -> None:
+    """The toy has no ``hot.expiring``: a ttl runs on guardcache.cache.expiry's ``get`` and the
+    lookup of the single flight, on the policy's ``touch(i, now)``. Hits, misses, expirations and
+    the deadlines are what the built-in policies' inlined paths give (tests/unit/test_cache_ttl.py)."""
+    now = [1000.0]
+    c = FIFOCache(8, ttl=60, clock=lambda: now[0])
+    assert c.hot.get.__name__ == "expiring_get" and FIFOPolicy(8, threading.RLock()).hot.expiring is None
+    c.put("k", "safe")
+    now[0] += 59.999
+    assert c.get("k") == "safe"
+    assert asyncio.run(c.get_or_compute("k", lambda: "computed")) == "safe"  # the single flight's hit
+    now[0] += 0.001
+    assert c.get("k", "absent") == "absent"
+    stats = c.get_stats()
+    assert (stats.hits, stats.misses, stats.expirations) == (2, 1, 1) and len(c) == 0
+    assert asyncio.run(c.get_or_compute("k", lambda: "judged again")) == "judged again"
+    assert c._s.deadline is not None and c._s.deadline[c._s.index["k"]] == pytest.approx(now[0] + 60)
