@@ -27,17 +27,14 @@ import random
 import statistics
 import time
 from dataclasses import dataclass, field
-from typing import Any
 
 from machine import describe_speed
 
 from guardcache import LLMRails, RailsConfig
-from guardcache.config.prompts import default_prompts
 from guardcache.emulator import EmulatorConfig, EmulatorProcess, LatencyConfig
 from guardcache.emulator.config import FaultConfig
+from guardcache.testing.shadow import GUARD_MODEL, MAIN_MODEL, shadow_prompts, shadow_yaml
 
-MAIN_MODEL = "meta/llama-3.1-8b-instruct"
-GUARD_MODEL = "nvidia/llama-3.1-nemoguard-8b-content-safety"
 TOPICS = ["bread", "heat pumps", "turtles", "eggs", "haiku", "back pain", "CSS", "Italian", "the sky"]
 
 
@@ -68,44 +65,6 @@ rails:
 
 def live(main: EmulatorProcess, guard: EmulatorProcess) -> LLMRails:
     return LLMRails(RailsConfig.from_content(live_yaml(main.base_url, guard.base_url)))
-
-
-def shadow_yaml(main_url: str, guard_url: str, shadow_url: str) -> str:
-    return f"""
-models:
-  - type: main
-    engine: nim
-    model: {MAIN_MODEL}
-    parameters: {{base_url: "{main_url}", max_tokens: 24}}
-  - type: content_safety
-    engine: nim
-    model: {GUARD_MODEL}
-    parameters: {{base_url: "{guard_url}"}}
-  - type: content_safety_v2
-    engine: nim
-    model: {GUARD_MODEL}
-    parameters: {{base_url: "{shadow_url}", timeout: 120}}
-rails:
-  input:
-    flows: [content safety check input $model=content_safety]
-    shadow_flows: [content safety check input $model=content_safety_v2]
-  output:
-    flows: [content safety check output $model=content_safety]
-    shadow_flows: [content safety check output $model=content_safety_v2]
-  shadow: {{sample: 1.0, max_concurrency: 4, close_timeout: 0.5}}
-"""
-
-
-def shadow_prompts() -> list[dict[str, Any]]:
-    """content_safety_v2's prompts: NemoGuard's with a changed first line (a new prompt version)."""
-    prompts = []
-    for p in default_prompts():
-        if p.base_task in ("content_safety_check_input", "content_safety_check_output"):
-            prompt = p.model_dump(exclude_none=True)
-            prompt["task"] = f"{p.base_task} $model=content_safety_v2"
-            prompt["content"] = "Task (prompt v2): " + (p.content or "").removeprefix("Task: ")
-            prompts.append(prompt)
-    return prompts
 
 
 @dataclass
@@ -175,7 +134,17 @@ async def main_async(turns: int, conc: int) -> None:
         for emulator in (main_a, guard_a, main_b, guard_b):
             await emulator.areset(flush_cache=True)
         shadow_config = RailsConfig.from_content(
-            shadow_yaml(main_b.base_url, guard_b.base_url, hanging.base_url), shadow_prompts()
+            shadow_yaml(
+                main_b.base_url,
+                guard_b.base_url,
+                hanging.base_url,
+                sample=1.0,
+                max_concurrency=4,
+                shadow_timeout=120,
+                close_timeout=0.5,
+                max_tokens=24,
+            ),
+            shadow_prompts(),
         )
         a = Side(
             "live only", LLMRails(RailsConfig.from_content(live_yaml(main_a.base_url, guard_a.base_url)))

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tests.integration.shadow_support import (
+from guardcache.testing.shadow import (
     MAIN_MODEL,
     SHADOW_IN,
     SHADOW_OUT,

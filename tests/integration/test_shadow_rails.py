@@ -16,7 +16,7 @@ from guardcache import LLMRails, RailsConfig
 from guardcache.emulator import EmulatorServer
 from guardcache.rails.shadow import CLOSED, LIMIT
 from guardcache.testing.pytest_plugin import EmulatorFactory
-from tests.integration.shadow_support import (
+from guardcache.testing.shadow import (
     LIVE_IN,
     LIVE_OUT,
     MAIN_MODEL,

@@ -1,4 +1,6 @@
-"""A config with a live content-safety rail and a shadow one (another model type, another prompt)."""
+"""A config with live content-safety rails and shadow ones (another model type, another prompt): what
+guardcache's shadow-rail tests and ``benchmarks/bench_shadow.py`` run, and a starting point for
+trying a new guard as a shadow (docs/operations.md)."""
 
 from __future__ import annotations
 
@@ -25,7 +27,11 @@ def shadow_yaml(
     max_concurrency: int = 4,
     shadow_timeout: float | None = None,
     close_timeout: float | None = None,
+    max_tokens: int = 64,
 ) -> str:
+    """``config.yml`` text: a main model, a live ``content_safety`` guard and a shadow
+    ``content_safety_v2`` one (input and output), each at its URL; with :func:`shadow_prompts` as
+    its ``prompts.yml``. ``shadow_timeout``: the shadow model's ``parameters.timeout``."""
     timeout = f", timeout: {shadow_timeout}" if shadow_timeout is not None else ""
     close = f", close_timeout: {close_timeout}" if close_timeout is not None else ""
     return f"""
@@ -33,7 +39,7 @@ models:
   - type: main
     engine: nim
     model: {MAIN_MODEL}
-    parameters: {{base_url: "{main_url}", max_tokens: 64}}
+    parameters: {{base_url: "{main_url}", max_tokens: {max_tokens}}}
   - type: content_safety
     engine: nim
     model: {GUARD_MODEL}
@@ -63,4 +69,5 @@ def shadow_prompts() -> list[dict[str, Any]]:
 
 
 def user(text: str) -> list[dict[str, Any]]:
+    """One user message, as ``generate_async(messages=...)`` takes it."""
     return [{"role": "user", "content": text}]
