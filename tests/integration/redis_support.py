@@ -7,6 +7,8 @@ from this module.
 
 from __future__ import annotations
 
+from typing import Any
+
 from guardcache.cache import LFUCache
 from guardcache.cache.redis import RedisEndpoint, RedisSettings, TieredCache, build_tiered_cache
 from guardcache.checks import codec
@@ -68,11 +70,29 @@ async def ready_tier(
     return tier
 
 
+def lookups_of(tier: TieredCache) -> list[Any]:
+    """What each of ``tier``'s L2 lookups answered from now on: a value or lease outcome, or
+    ``FAILED`` (Redis was asked and did not answer in time) or ``SKIPPED`` (the open circuit: Redis
+    was not asked, at no cost) or ``CONNECTING`` (the tier was not up yet). This, not a latency, is
+    what "a request did not wait on Redis" means."""
+    outcomes: list[Any] = []
+    real = tier.store.get_or_lease
+
+    async def recorded(*args: Any, **kwargs: Any) -> Any:
+        outcome = await real(*args, **kwargs)
+        outcomes.append(outcome)
+        return outcome
+
+    tier.store.get_or_lease = recorded  # type: ignore[method-assign]
+    return outcomes
+
+
 __all__ = [
     "INSTALL_HINT",
     "TEST_SECRET",
     "RedisServer",
     "free_port",
+    "lookups_of",
     "make_tier",
     "ready_tier",
     "verdict",

@@ -18,6 +18,7 @@ from guardcache.cache import make_cache
 from guardcache.cache.redis import RedisSettings, TieredCache, build_tiered_cache
 from guardcache.checks import codec
 from guardcache.emulator import DEFAULT_MODEL, EmulatorServer
+from tests.clocks import FakeClock
 from tests.integration.redis_support import TEST_SECRET, RedisServer, verdict
 
 pytestmark = pytest.mark.integration
@@ -84,26 +85,18 @@ def reader_tier(redis_url: str, clock: Any) -> TieredCache:
     return build_tiered_cache(l1, codec=codec, settings=settings, scope="content_safety:00000000")
 
 
-class Clock:
-    def __init__(self) -> None:
-        self.now = 50.0
-
-    def __call__(self) -> float:
-        return self.now
-
-
 @pytest.mark.parametrize("path", ["get_or_compute", "aget"])
 async def test_a_verdict_from_redis_lives_in_memory_only_what_it_has_left(
     path: str, redis_server: RedisServer, tmp_path: Path
 ) -> None:
     """A verdict judged 70 s ago under a 100 s ttl (30 s left in Redis) is served from this
     replica's memory for those 30 s, not for a fresh 100 s: then it is read from Redis again."""
-    writer = reader_tier(redis_server.url, Clock())
+    writer = reader_tier(redis_server.url, FakeClock(50.0))
     assert await writer.connect()
     expires_at_ms = time.time_ns() // 1_000_000 + 30_000
     assert await writer.store.set(KEY, codec.encode(verdict()), expires_at_ms=expires_at_ms)
 
-    clock = Clock()
+    clock = FakeClock(50.0)
     reader = reader_tier(redis_server.url, clock)
     assert await reader.connect()
     calls: list[int] = []

@@ -32,7 +32,14 @@ from guardcache.server.state import ServerState
 from guardcache.testing import LocalRedisCluster, SentinelSet, run_replicas, write_replica_config
 from guardcache.testing.pytest_plugin import EmulatorFactory
 from guardcache.testing.tcp_proxy import SlowConnectProxy
-from tests.integration.redis_support import TEST_SECRET, RedisServer, free_port, make_tier, verdict
+from tests.integration.redis_support import (
+    TEST_SECRET,
+    RedisServer,
+    free_port,
+    lookups_of,
+    make_tier,
+    verdict,
+)
 
 pytestmark = pytest.mark.integration
 
@@ -67,21 +74,6 @@ class Backend:
     async def __call__(self) -> Any:
         self.calls += 1
         return verdict()
-
-
-def lookups_of(tier: Any) -> list[Any]:
-    """What each of ``tier``'s L2 lookups answered from now on (a value, a lease outcome, or an
-    ``Unavailable``)."""
-    outcomes: list[Any] = []
-    real = tier.store.get_or_lease
-
-    async def recorded(*args: Any, **kwargs: Any) -> Any:
-        outcome = await real(*args, **kwargs)
-        outcomes.append(outcome)
-        return outcome
-
-    tier.store.get_or_lease = recorded
-    return outcomes
 
 
 def tier_warnings(caplog: pytest.LogCaptureFixture) -> list[str]:

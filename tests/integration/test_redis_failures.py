@@ -13,6 +13,7 @@ from guardcache.cache.redis.store import CONNECTING, FAILED, SKIPPED
 from tests.integration.redis_support import (
     RedisServer,
     free_port,
+    lookups_of,
     make_tier,
     ready_tier,
     verdict,
@@ -34,22 +35,6 @@ class Backend:
 
 def tier_warnings(caplog: pytest.LogCaptureFixture) -> list[str]:
     return [r.getMessage() for r in caplog.records if r.name == TIER_LOG and r.levelno == logging.WARNING]
-
-
-def lookups_of(tier: Any) -> list[Any]:
-    """What each of ``tier``'s L2 lookups answered from now on: a value or lease outcome, or
-    ``FAILED`` (Redis was asked and did not answer in time) or ``SKIPPED`` (the open circuit: Redis
-    was not asked, at no cost). This, not a latency, is what "a request did not wait on Redis" means."""
-    outcomes: list[Any] = []
-    real = tier.store.get_or_lease
-
-    async def recorded(*args: Any, **kwargs: Any) -> Any:
-        outcome = await real(*args, **kwargs)
-        outcomes.append(outcome)
-        return outcome
-
-    tier.store.get_or_lease = recorded
-    return outcomes
 
 
 async def wait_until_closed(tier: Any, within: float = 30.0) -> None:

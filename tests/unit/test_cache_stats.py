@@ -8,6 +8,7 @@ import logging
 import pytest
 
 from guardcache.cache import CacheStats, LFUCache, StatsReporter
+from tests.clocks import FakeClock
 
 LOGGER = "guardcache.cache.lfu"
 
@@ -71,14 +72,6 @@ def test_stats_are_a_value_you_can_diff_and_index() -> None:
     assert (delta.hits, delta.misses, delta.puts) == (1, 1, 0)
     assert before["capacity"] == 4 and before["hit_rate"] == 0.0
     assert before.as_dict()["current_size"] == 1
-
-
-class FakeClock:
-    def __init__(self) -> None:
-        self.now = 1000.0
-
-    def __call__(self) -> float:
-        return self.now
 
 
 def test_periodic_logging_with_a_fake_clock(caplog: pytest.LogCaptureFixture) -> None:

@@ -18,22 +18,10 @@ from prometheus_client.parser import text_string_to_metric_families
 from guardcache.cache import PolicyCache, make_cache
 from guardcache.cache.stats import CacheStats
 from guardcache.server.metrics import ServerMetrics
+from tests.clocks import FakeClock
 
 POLICIES = ["lfu", "tinylfu"]
 TTL = 60.0
-
-
-class FakeClock:
-    """Monotonic seconds that move only when the test says so."""
-
-    def __init__(self) -> None:
-        self.now = 1000.0
-
-    def __call__(self) -> float:
-        return self.now
-
-    def advance(self, seconds: float) -> None:
-        self.now += seconds
 
 
 def no_clock() -> float:

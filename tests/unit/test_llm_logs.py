@@ -7,23 +7,16 @@ import logging
 import pytest
 
 from guardcache.llm.logs import RateLimitedLog
+from tests.clocks import FakeClock
 from tests.unit.test_llm_client import MESSAGES, Script, ok
 
 LOGGER = "guardcache.test.ratelimit"
 
 
-class Clock:
-    def __init__(self) -> None:
-        self.now = 1000.0
-
-    def __call__(self) -> float:
-        return self.now
-
-
 def test_the_first_line_is_written_and_the_next_ones_are_counted_into_the_following(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
-    clock = Clock()
+    clock = FakeClock()
     log = RateLimitedLog(logging.getLogger(LOGGER), interval=10.0, clock=clock)
     with caplog.at_level(logging.WARNING, logger=LOGGER):
         assert log.warning("call to %s failed", "u1")
@@ -73,7 +66,7 @@ async def test_an_outage_writes_one_retry_line_per_interval_not_one_per_retry(
 async def test_a_retry_line_after_the_interval_says_how_many_were_left_out(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
-    clock = Clock()
+    clock = FakeClock()
     script = Script(503, ok())
     with caplog.at_level(logging.WARNING, logger="guardcache.llm.client"):
         async with script.client() as client:

@@ -20,17 +20,7 @@ from guardcache.cache.redis.health import (
     ThrottledLog,
     runqueue_wait,
 )
-
-
-class FakeClock:
-    def __init__(self) -> None:
-        self.now = 1000.0
-
-    def __call__(self) -> float:
-        return self.now
-
-    def advance(self, seconds: float) -> None:
-        self.now += seconds
+from tests.clocks import FakeClock
 
 
 def test_backoff_doubles_up_to_the_cap_and_resets() -> None:
