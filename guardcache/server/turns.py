@@ -14,7 +14,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 
 from starlette.types import ASGIApp
 
@@ -53,18 +53,33 @@ class ServedTurns:
             response.after = turn.start_shadow
         return response
 
-    async def stream(
+    def stream(
         self, stream: GuardedStream, config_id: str, model: str, include_usage: bool, started: float
+    ) -> Awaitable[ASGIApp]:
+        """The turn's chat-completion chunks, once its first piece is there (:meth:`_opened`; its
+        awaitable handed on, not awaited in a coroutine layer of its own)."""
+        return self._opened(
+            stream,
+            config_id,
+            started,
+            lambda first: self._events(stream, first, config_id, model, include_usage, started),
+        )
+
+    async def _opened(
+        self,
+        stream: GuardedStream,
+        config_id: str,
+        started: float,
+        events: Callable[[str | None], AsyncIterator[bytes]],
     ) -> ASGIApp:
-        """The turn's events, once its first piece is there (a turn blocked at input, or failed
-        before any text, is answered with its status and headers)."""
+        """The stream's ``events(first piece)``, once that piece is there; a turn blocked at input,
+        or failed before any text, is answered with its status and headers (both formats alike)."""
         try:
             first = await first_piece(stream)
         except BaseException as exc:
             await stream.aclose()
             return self.failed(config_id, exc, started, "stream")
-        found = answers.headers(stream, stream.turn.checks.no_verdict)
-        return EventStream(self._events(stream, first, config_id, model, include_usage, started), found)
+        return EventStream(events(first), answers.headers(stream, stream.turn.checks.no_verdict))
 
     async def _events(
         self,
@@ -128,19 +143,16 @@ class ServedTurns:
         found = answers.headers(turn, no_verdict)
         return plain_response(shape, turn, text, report, found)
 
-    async def response_stream(
+    def response_stream(
         self, stream: GuardedStream, config_id: str, shape: ResponseShape, started: float
-    ) -> ASGIApp:
-        """The turn's Responses events, once its first piece is there (a turn blocked at input, or
-        failed before any text, is answered with its status and headers)."""
-        try:
-            first = await first_piece(stream)
-        except BaseException as exc:
-            await stream.aclose()
-            return self.failed(config_id, exc, started, "stream")
-        found = answers.headers(stream, stream.turn.checks.no_verdict)
-        events = self._response_events(stream, first, config_id, shape, started)
-        return EventStream(events, found)
+    ) -> Awaitable[ASGIApp]:
+        """The turn's Responses events, once its first piece is there (:meth:`_opened`)."""
+        return self._opened(
+            stream,
+            config_id,
+            started,
+            lambda first: self._response_events(stream, first, config_id, shape, started),
+        )
 
     async def _response_events(
         self, stream: GuardedStream, first: str | None, config_id: str, shape: ResponseShape, started: float
