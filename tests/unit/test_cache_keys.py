@@ -2,6 +2,11 @@
 
 from __future__ import annotations
 
+import re
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
 from guardcache.cache import Namespace, make_key, normalize_messages, normalize_text
 from guardcache.cache.keys import KEY_SIZE
 
@@ -24,6 +29,42 @@ def test_characters_a_model_may_read_differently_from_a_space_are_kept() -> None
 def test_normalization_is_idempotent() -> None:
     for text in (MESSY, " a ", "a\n \n b", "\n\n", "x \t\n\ty", "plain"):
         assert normalize_text(normalize_text(text)) == normalize_text(text)
+
+
+# The normalization as it was written first: one regex decides whether there is anything to fold.
+# normalize_text asks with substring scans instead (cheaper); it must fold exactly the same texts.
+_NEEDS_WORK = re.compile(r"[\t\r\f\v]|  |\n\n\n| \n|\n |^[ \n]|[ \n]\Z")
+
+
+def _reference(text: str) -> str:
+    if _NEEDS_WORK.search(text) is None:
+        return text
+    text = text.replace("\r\n", "\n").replace("\r", "\n")
+    text = re.sub(r"[ \t\f\v]+", " ", text).replace(" \n", "\n").replace("\n ", "\n")
+    return re.sub(r"\n{3,}", "\n\n", text).strip(" \n")
+
+
+# Each case the regex names, alone in a text that has nothing else to fold.
+_EACH_CASE = ("a\tb", "a\rb", "a\fb", "a\vb", "a  b", "a\n\n\nb", "a \nb", "a\n b", " a", "\na", "a ", "a\n")
+
+
+def _same_as_the_regex(text: str) -> None:
+    assert normalize_text(text) == _reference(text)
+    if _NEEDS_WORK.search(text) is None:
+        assert normalize_text(text) is text  # nothing to fold: the very same string, no work
+
+
+def test_the_quick_test_for_work_finds_each_case_alone() -> None:
+    for text in ("", "a", "a b", "a\nb", "a\n\nb", *_EACH_CASE):
+        _same_as_the_regex(text)
+    for text in _EACH_CASE:
+        assert normalize_text(text) != text
+
+
+@settings(max_examples=3000, deadline=None)
+@given(st.text(alphabet=" \t\n\r\f\vab\u00a0\u2028\x85", max_size=12))
+def test_the_quick_test_for_work_folds_what_the_regex_did(text: str) -> None:
+    _same_as_the_regex(text)
 
 
 def test_strings_and_message_contents_normalize_the_same_way() -> None:
