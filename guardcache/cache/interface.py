@@ -50,6 +50,17 @@ class CacheInterface(ABC):
         """
         return self.get(key, _ABSENT) is not _ABSENT
 
+    def hit(self, key: Hashable) -> Any:
+        """The stored value for ``key``, counted as a hit, or ``MISSING`` counting nothing.
+
+        The lookup half of :meth:`get_or_compute`, for a caller that can answer a hit without
+        awaiting (a check: most of its lookups are hits) and asks :meth:`get_or_compute` on
+        ``MISSING``, which then counts the miss: lookups stay hits + misses. The default finds
+        nothing, so such a caller always takes :meth:`get_or_compute`; stores override it (LFUCache,
+        TieredCache's L1).
+        """
+        return MISSING
+
     @abstractmethod
     def size(self) -> int:
         """The number of entries stored now."""

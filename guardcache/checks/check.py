@@ -38,8 +38,8 @@ from contextvars import ContextVar
 from typing import Any, NamedTuple, Protocol
 
 from guardcache import tracing
-from guardcache.cache import CacheInterface, Namespace
-from guardcache.cache.keys import digest_fields, normalize_text
+from guardcache.cache import MISSING, CacheInterface, Namespace
+from guardcache.cache.keys import normalize_text
 from guardcache.checks.verdict import CachedCheck, Verdict
 from guardcache.config.parameters import GenerationSettings
 from guardcache.config.prompts import TaskPrompt, fixed_variables
@@ -83,6 +83,12 @@ class Check(Protocol):
     def cached(self, variables: Mapping[str, Any]) -> bool:
         """Whether :meth:`run` would be answered from the cache right now, without counting a
         lookup (the runtime skips running parallel checks as tasks when all of them are)."""
+        ...
+
+    def hit(self, variables: Mapping[str, Any]) -> CheckOutcome | None:
+        """:meth:`run`'s outcome when the verdict is cached (recorded as :meth:`run` records it),
+        without awaiting; None, counting no lookup, sends the caller to :meth:`run`. Optional: the
+        runtime calls it when a check has it."""
         ...
 
     async def prime(self) -> None: ...
@@ -137,7 +143,7 @@ def key_fields(texts: Mapping[str, Any], names: Sequence[str]) -> list[str]:
 def digest(namespace: Namespace, fields: Sequence[str]) -> bytes:
     """The cache key; text that is not valid Unicode (a lone surrogate) cannot be judged."""
     try:
-        return digest_fields(namespace.digest, fields)
+        return namespace.digest_fields(fields)
     except UnicodeEncodeError:
         raise InputRejectedError(
             "the text is not valid Unicode (it holds a lone surrogate) and cannot be sent to a model"
@@ -162,12 +168,37 @@ class TurnTexts:
     ``images``: the check can judge a user message's images (content parts); otherwise parts are an
     input it cannot judge."""
 
-    __slots__ = ("images", "limit", "names")
+    __slots__ = ("images", "limit", "names", "plain")
 
     def __init__(self, names: Sequence[str], limit: int, images: bool = False) -> None:
         self.names = tuple(sorted(names))
         self.limit = limit
         self.images = images
+        #: Every variable is one text (no history): :meth:`key` may key them as they come.
+        self.plain = "history" not in self.names
+
+    def key(self, variables: Mapping[str, Any], namespace: Namespace) -> bytes:
+        """``digest(namespace, key_fields(self.read(variables), self.names))``: the cache key of a
+        turn's variables. The hit path: when every variable is a plain ``str`` it hashes each as
+        it is normalized, without the dict and the field list (the same bytes: the fields of
+        :func:`key_fields` for texts, fed as ``digest_fields`` feeds them); anything else is read
+        as :meth:`read` reads it, raising what it raises."""
+        if self.plain:
+            h = namespace.fields_hash()
+            limit = self.limit
+            try:
+                for name in self.names:
+                    value = variables.get(name, "")
+                    if value.__class__ is not str or len(value) > limit:
+                        break  # content parts, another type, too long: read() says what it is
+                    data = normalize_text(value).encode("utf-8")
+                    h.update(len(data).to_bytes(8, "little"))
+                    h.update(data)
+                else:
+                    return h.digest()
+            except UnicodeEncodeError:
+                pass  # not valid Unicode: digest() below names it
+        return digest(namespace, key_fields(self.read(variables), self.names))
 
     def read(self, variables: Mapping[str, Any]) -> dict[str, Any]:
         texts: dict[str, Any] = {}
@@ -253,6 +284,14 @@ class LLMCheck:
     def cached(self, variables: Mapping[str, Any]) -> bool:
         return in_cache(self.cache, self.key(self.texts.read(variables)))
 
+    def hit(self, variables: Mapping[str, Any]) -> CheckOutcome | None:
+        """The cached outcome, without awaiting (``Check.hit``); raises what :meth:`run` raises
+        for a text it cannot judge."""
+        cache = self.cache
+        if cache is None:
+            return None
+        return cached_outcome(self.task, cache, self.texts.key(variables, self.namespace))
+
     async def _call(self, texts: Mapping[str, Any], deadline: float | None) -> CachedCheck:
         result = await self.client.complete(self.messages(texts), deadline=deadline, **self.params)
         if not result.content.strip():
@@ -327,6 +366,27 @@ class _BackendCalls:
 _IN_BACKEND = _BackendCalls()
 
 
+def cached_outcome(task: str, cache: CacheInterface, key: bytes) -> CheckOutcome | None:
+    """A hit of :func:`run_cached`, decided without a coroutine: the verdict, and its call's record
+    restored with the lookup's time as the duration; None (nothing counted) when ``key`` is not
+    stored, and the caller runs :func:`run_cached`, which counts the miss and computes.
+
+    Most checks are hits: this spares each of them the awaits of ``get_or_compute`` (a coroutine
+    per layer) and the closure a miss needs."""
+    started = _monotonic()
+    value = cache.hit(key)
+    if value is MISSING:
+        return None
+    duration = _monotonic() - started
+    verdict, info = value.replay(task, duration, True)
+    record_call(info)
+    return _new_outcome(CheckOutcome, (verdict, True, duration, None))
+
+
+_monotonic = time.monotonic
+_new_outcome = tuple.__new__
+
+
 async def run_cached(
     task: str, cache: CacheInterface | None, key: bytes, call: Callable[[], Any]
 ) -> CheckOutcome:
@@ -370,6 +430,7 @@ __all__ = [
     "LLMCheck",
     "TurnTexts",
     "Unreadable",
+    "cached_outcome",
     "digest",
     "in_cache",
     "key_fields",

@@ -180,7 +180,7 @@ def record_call(info: LLMCallInfo) -> None:
     """Add a record to the current request; a no-op outside a request (e.g. a bare library call)."""
     explain = _CURRENT.get()
     if explain is not None:
-        explain.add(info)
+        explain.llm_calls.append(info)  # ExplainInfo.add, without its frame (every check records)
 
 
 class request_scope:  # lower case: used like the function it replaced, ``with request_scope() as info``

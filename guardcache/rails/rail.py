@@ -23,12 +23,12 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Mapping
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
 from typing import Any
 
 from guardcache import tracing
-from guardcache.checks.check import Check
+from guardcache.checks.check import Check, CheckOutcome
 from guardcache.checks.verdict import MESSAGE, RailResult
 from guardcache.errors import (
     BackendDeclinedError,
@@ -55,10 +55,16 @@ class Rail:
     spec: FlowSpec
     check: Check
     on_error: str  # "block" | "allow"
+    #: The flow as the config wrote it (``ref.text``), else its name: every result carries it.
+    name: str = field(init=False, compare=False)
+    #: The check's ``hit`` (``Check.hit``), or None for a check without one: looked up once.
+    _hit: Callable[[Mapping[str, Any]], CheckOutcome | None] | None = field(
+        init=False, repr=False, compare=False
+    )
 
-    @property
-    def name(self) -> str:
-        return self.ref.text or self.ref.name
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "name", self.ref.text or self.ref.name)
+        object.__setattr__(self, "_hit", getattr(self.check, "hit", None))
 
     async def run(
         self,
@@ -77,6 +83,25 @@ class Rail:
         if kind != MESSAGE:
             return (await self._run(variables, deadline))._replace(kind=kind)
         return await self._run(variables, deadline)
+
+    def hit(self, variables: Mapping[str, Any], kind: str = MESSAGE) -> RailResult | None:
+        """:meth:`run`'s result when the check's verdict is cached, decided without awaiting; None
+        (no lookup counted) when :meth:`run` must decide: a miss, a check without ``hit``, a text
+        the check cannot read (``run`` reads it again and decides, as for any turn), tracing on
+        (``run`` makes the spans)."""
+        hit = self._hit
+        if hit is None or tracing.TRACER is not None:
+            return None
+        try:
+            outcome = hit(variables)
+        except Exception:
+            return None
+        if outcome is None:
+            return None
+        verdict = outcome.verdict
+        return _new_result(
+            RailResult, (self.name, verdict.allowed, verdict.categories, True, outcome.duration, None, kind)
+        )
 
     async def _run(self, variables: Mapping[str, Any], deadline: float | None) -> RailResult:
         started = time.monotonic()
@@ -124,6 +149,9 @@ class Rail:
         reason = f"{type(exc).__name__}: {exc}"  # guardcache's messages hold no user text
         _warn(self.name, reason, why, allowed=allowed)
         return RailResult(flow=self.name, allowed=allowed, duration=time.monotonic() - started, error=reason)
+
+
+_new_result = tuple.__new__  # a RailResult built as the tuple it is (its __new__ is Python code)
 
 
 def _warn(rail: str, reason: str, why: str, *, allowed: bool) -> None:

@@ -639,30 +639,44 @@ async def run_group(
     rails: Sequence[Rail], variables: Mapping[str, Any], group: RailGroup, *, kind: str = MESSAGE
 ) -> list[RailResult]:
     """Run a group of rails on a turn's variables. Sequential: stop at the first block. Parallel:
-    all at once, and the first block cancels the rest (a cancelled check stores nothing: see
-    cache.singleflight). The group's ``timeout`` is one deadline for all its checks. ``kind``: what
-    the texts are (``RailResult.kind``: the message, a tool result, a tool call)."""
+    the cached verdicts at once, the others all at once, and the first block cancels the rest (a
+    cancelled check stores nothing: see cache.singleflight). The group's ``timeout`` is one
+    deadline for all its checks. ``kind``: what the texts are (``RailResult.kind``: the message, a
+    tool result, a tool call)."""
     if not rails:
         return []
     deadline = time.monotonic() + group.timeout if group.timeout is not None else None
-    if not group.parallel or len(rails) == 1 or all(_cached(rail, variables) for rail in rails):
-        # Sequential, or parallel with every verdict already cached: with no backend call to
-        # overlap, three tasks and as_completed cost ~150-240 us of CPU per turn (bench_checks
-        # part 2b) for nothing; in order, the first block still stops the rest. An entry
-        # evicted between the look and the run makes that one check a miss run in order.
-        results: list[RailResult] = []
+    results: list[RailResult] = []
+    if not group.parallel or len(rails) == 1:
         for rail in rails:
-            result = await rail.run(variables, deadline, kind=kind)
+            result = rail.hit(variables, kind)  # a cached verdict, without awaiting
+            if result is None:
+                result = await rail.run(variables, deadline, kind=kind)
             results.append(result)
             if not result.allowed:
                 break
         return results
-    tasks = [asyncio.create_task(rail.run(variables, deadline, kind=kind)) for rail in rails]
-    done_results: list[RailResult] = []
+    # Parallel: the cached verdicts first, in order and without tasks (with no backend call to
+    # overlap, three tasks and as_completed cost ~150-240 us of CPU per turn, bench_checks part 2b);
+    # a block among them stops the rest. The rails from the first miss on run as tasks.
+    for rail in rails:
+        result = rail.hit(variables, kind)
+        if result is None:
+            break
+        results.append(result)
+        if not result.allowed:
+            return results
+    else:
+        return results
+    rest = rails[len(results) :]
+    if len(rest) == 1:  # one left: nothing to run beside it
+        results.append(await rest[0].run(variables, deadline, kind=kind))
+        return results
+    tasks = [asyncio.create_task(rail.run(variables, deadline, kind=kind)) for rail in rest]
     try:
         for next_done in asyncio.as_completed(tasks):
             result = await next_done
-            done_results.append(result)
+            results.append(result)
             if not result.allowed:
                 break
     finally:
@@ -670,15 +684,7 @@ async def run_group(
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
     order = {rail.name: i for i, rail in enumerate(rails)}
-    return sorted(done_results, key=lambda r: order.get(r.flow, 0))
-
-
-def _cached(rail: Rail, variables: Mapping[str, Any]) -> bool:
-    """Whether the rail's verdict for this turn is in its cache now (never counted as a lookup)."""
-    try:
-        return rail.check.cached(variables)
-    except Exception:  # a text the check cannot read: let the rail's own run decide
-        return False
+    return sorted(results, key=lambda r: order.get(r.flow, 0))
 
 
 def _blocker(results: Sequence[RailResult]) -> RailResult | None:

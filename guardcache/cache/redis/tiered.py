@@ -129,6 +129,17 @@ class TieredCache(CacheInterface):
             if self._events >= self._flush_events or self._clock() >= self._next_flush:
                 self._schedule_flush()
 
+    def hit(self, key: Hashable) -> Any:
+        """An L1 hit (counted, as :meth:`get_or_compute` counts one), or ``MISSING`` counting
+        nothing: the caller then asks :meth:`get_or_compute` (L1, then Redis, then the backend).
+        Called on the event loop, like :meth:`get_or_compute` (a due stats flush starts a task)."""
+        value = self.l1.hit(key)
+        if value is not MISSING:
+            self._events += 1
+            if self._events >= self._flush_events or self._clock() >= self._next_flush:
+                self._schedule_flush()
+        return value
+
     async def _load(self, key: Hashable, compute_fn: ComputeFn) -> Any:
         """L2 then backend, for one L1 miss (already coalesced in this process by the L1)."""
         self.clearing.ensure()  # before this loop's first entry: a clear reaches what it serves

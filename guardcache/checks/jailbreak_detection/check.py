@@ -16,6 +16,7 @@ from guardcache.checks.check import (
     CheckOutcome,
     TurnTexts,
     Unreadable,
+    cached_outcome,
     digest,
     in_cache,
     run_cached,
@@ -85,6 +86,13 @@ class ClassifyCheck:
         text = self.texts.read(variables)["user_input"]
         key = digest(self.namespace, [text])
         return await run_cached(self.task, self.cache, key, lambda: self._call(text, deadline))
+
+    def hit(self, variables: Mapping[str, Any]) -> CheckOutcome | None:
+        """The cached outcome, without awaiting (``Check.hit``)."""
+        cache = self.cache
+        if cache is None:
+            return None
+        return cached_outcome(self.task, cache, self.texts.key(variables, self.namespace))
 
     def cached(self, variables: Mapping[str, Any]) -> bool:
         return in_cache(self.cache, digest(self.namespace, [self.texts.read(variables)["user_input"]]))
