@@ -36,9 +36,11 @@ async def run_attempts(
     log: RateLimitedLog,
     url: str,
     model: str,
+    first: ChatResult | Failure | None = None,
 ) -> ChatResult:
     """Send ``body`` by ``attempt`` until it answers; the result's ``duration`` covers every attempt
-    and wait since ``call.started``, its ``attempts`` how many were sent.
+    and wait since ``call.started``, its ``attempts`` how many were sent. ``first``: the outcome of
+    the first attempt when the caller sent it (``call.attempts`` already counts it).
 
     Raises:
         BackendError: the last failure's typed error (see :mod:`guardcache.llm.failures`), when it
@@ -46,16 +48,19 @@ async def run_attempts(
     """
     max_attempts = retry.max_retries + 1
     while True:
-        call.attempts += 1
-        outcome = await attempt(body, call)
+        if first is not None:
+            outcome, first = first, None
+        else:
+            call.attempts += 1
+            outcome = await attempt(body, call)
         if isinstance(outcome, ChatResult):
-            return ChatResult(
-                content=outcome.content,
-                usage=outcome.usage,
-                duration=time.monotonic() - call.started,
-                finish_reason=outcome.finish_reason,
-                attempts=call.attempts,
-                tool_calls=outcome.tool_calls,
+            return ChatResult(  # positional: a frozen dataclass costs twice as much from keywords
+                outcome.content,
+                outcome.usage,
+                time.monotonic() - call.started,
+                outcome.finish_reason,
+                call.attempts,
+                outcome.tool_calls,
             )
         failure = outcome
         call.last_reason = failure.reason

@@ -8,6 +8,10 @@ timer, one flag. What it keeps of asyncio's: the cancellation it made becomes ``
 exit only when it is what stopped the block, and a cancellation from outside (or nested inside, from
 an enclosing scope) goes on as a cancellation, counted by ``Task.cancelling()`` as asyncio counts it.
 What it leaves out: moving the deadline once entered.
+
+It awaits nothing, so it is also a plain context manager: ``with CancelAfter(seconds):`` inside a
+task does the same without the two coroutines ``async with`` makes per enter and exit (the client's
+budget enters it on every backend call).
 """
 
 from __future__ import annotations
@@ -33,7 +37,7 @@ class CancelAfter:
         """Whether the time ran out (the block was cancelled by this scope)."""
         return self._expired
 
-    async def __aenter__(self) -> CancelAfter:
+    def __enter__(self) -> CancelAfter:
         task = asyncio.current_task()
         if task is None:
             raise RuntimeError("CancelAfter must be entered inside a task")
@@ -42,11 +46,14 @@ class CancelAfter:
         self._handle = task.get_loop().call_later(self._seconds, self._expire)
         return self
 
+    async def __aenter__(self) -> CancelAfter:
+        return self.__enter__()
+
     def _expire(self) -> None:
         self._expired = True
         self._task.cancel()
 
-    async def __aexit__(
+    def __exit__(
         self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
     ) -> None:
         handle = self._handle
@@ -55,6 +62,11 @@ class CancelAfter:
             self._handle = None
         if self._expired and self._task.uncancel() <= self._cancelling and kind is asyncio.CancelledError:
             raise TimeoutError from exc
+
+    async def __aexit__(
+        self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.__exit__(kind, exc, tb)
 
 
 __all__ = ["CancelAfter"]

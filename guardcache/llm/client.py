@@ -251,22 +251,32 @@ class ChatClient:
         started = time.monotonic()
         call = bound(started, deadline, self.deadline_s)
         if call.end is None:
-            return await run_attempts(
-                self._attempt, body, call, self.retry, self._sleep, self.retry_log, self.url, self.model
-            )
+            return await self._attempts(body, call)
         left = call.end - started
         if left <= 0:
             raise no_time_left_error(self, call)
         scope = CancelAfter(left)
         try:
-            async with scope:
-                return await run_attempts(
-                    self._attempt, body, call, self.retry, self._sleep, self.retry_log, self.url, self.model
-                )
+            with scope:  # (awaits nothing itself: no coroutines of its own to enter and exit)
+                # The first attempt sent here, not in run_attempts: a call that answers at once
+                # (nearly every call) goes through one coroutine fewer.
+                call.attempts = 1
+                outcome = await self._attempt(body, call)
+                if type(outcome) is ChatResult:
+                    return _whole_call(outcome, call)
+                return await self._attempts(body, call, outcome)
         except TimeoutError:
             if not scope.expired():
                 raise
             raise overrun_error(self, call) from None
+
+    def _attempts(
+        self, body: Mapping[str, Any], call: CallBudget, first: ChatResult | Failure | None = None
+    ) -> Awaitable[ChatResult]:
+        """The retry loop (:func:`~guardcache.llm.attempts.run_attempts`) of this client's call."""
+        return run_attempts(
+            self._attempt, body, call, self.retry, self._sleep, self.retry_log, self.url, self.model, first
+        )
 
     def parse_answer(self, reply: Reply) -> ChatResult:
         """The answer of a successful (2xx) reply: the hook a client of another JSON endpoint
@@ -281,13 +291,9 @@ class ChatClient:
         """
         completion = read_completion(reply.json(), tools=self.tool_calls)
         usage = parse_usage(completion.usage, model=completion.model or self.model, provider=self.provider)
-        return ChatResult(
-            content=completion.content,
-            usage=usage,
-            duration=0.0,  # the caller measures the whole call
-            finish_reason=completion.finish_reason,
-            tool_calls=completion.tool_calls,
-        )
+        # Positional (a frozen dataclass built from keywords costs about twice as much); duration
+        # 0.0: the caller measures the whole call; attempts 1.
+        return ChatResult(completion.content, usage, 0.0, completion.finish_reason, 1, completion.tool_calls)
 
     async def stream(
         self,
@@ -355,15 +361,19 @@ class ChatClient:
     async def _attempt(self, body: Mapping[str, Any], call: CallBudget) -> ChatResult | Failure:
         """One HTTP request: a result (duration filled in by the retry loop) or a classified failure."""
         lane = self._lane()
+        gate = lane.gate
         try:
-            if lane.gate is None:
+            if gate is None:
                 call.phase = "request in flight"
                 response = await lane.post(self.url, body, self._headers, self.timeout, self.limits)
             else:
                 call.phase = "queued for a connection"
-                async with lane.gate:
+                await gate.acquire()  # (not ``async with``: two coroutines fewer per call)
+                try:
                     call.phase = "request in flight"
                     response = await lane.post(self.url, body, self._headers, self.timeout, self.limits)
+                finally:
+                    gate.release()
         except WireError as exc:
             return wire_failure(self, exc)
         if not response.is_success:
@@ -397,6 +407,18 @@ class ChatClient:
         tb: TracebackType | None,
     ) -> None:
         await self.aclose()
+
+
+def _whole_call(result: ChatResult, call: CallBudget) -> ChatResult:
+    """The first attempt's result as the call's (as ``run_attempts`` returns one)."""
+    return ChatResult(
+        result.content,
+        result.usage,
+        time.monotonic() - call.started,
+        result.finish_reason,
+        call.attempts,
+        result.tool_calls,
+    )
 
 
 __all__ = ["RETRY_LOG_INTERVAL", "ChatClient"]
