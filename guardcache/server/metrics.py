@@ -230,9 +230,13 @@ class _Family:
     def observe(self, labels: tuple[str, ...], value: float) -> None:
         row = self.values.get(labels)
         if row is None:
-            row = self.values[labels] = [0] * (len(self.buckets) + 1) + [0.0]
+            row = self.values[labels] = self.new_row()
         row[bisect_left(self.buckets, value)] += 1
         row[-1] += value
+
+    def new_row(self) -> list[Any]:
+        """A histogram's row for new labels: a count per bucket, the +Inf count, the sum."""
+        return [0] * (len(self.buckets) + 1) + [0.0]
 
     def metric(self) -> Metric:
         if self.kind == "counter":
@@ -397,31 +401,38 @@ class ServerMetrics:
         checks = turn.checks
         decided = None  # what decided the turn (CheckResult.outcome), found in the same walk
         no_verdict = False
+        # Every turn runs this: the tallies are updated inline (:meth:`_Family.inc`,
+        # :meth:`_Family.observe`: a call each less per check and per LLM call), the same counts.
+        counts = self.checks.values
         for direction, results in (("input", checks.input), ("output", checks.output)):
             for result in results:
+                flow, error, allowed = result.flow, result.error, result.allowed
                 cached = "true" if result.from_cache else "false"
-                if result.allowed:
-                    self.checks.inc((config_id, result.flow, direction, "allowed", cached, result.kind))
-                else:
-                    self.checks.inc((config_id, result.flow, direction, "blocked", cached, result.kind))
-                    if decided is None:
-                        decided = BLOCKED_VERDICT if result.error is None else BLOCKED_NO_VERDICT
-                if result.error is not None:
+                key = (config_id, flow, direction, "allowed" if allowed else "blocked", cached, result.kind)
+                if not allowed and decided is None:
+                    decided = BLOCKED_VERDICT if error is None else BLOCKED_NO_VERDICT
+                counts[key] = counts.get(key, 0) + 1
+                if error is not None:
                     no_verdict = True
                     kind = result.error_kind
-                    self.check_errors.inc((config_id, result.flow, kind))
+                    self.check_errors.inc((config_id, flow, kind))
                     if kind.startswith("Backend"):
-                        self.backend_errors.inc((config_id, result.flow, kind))
+                        self.backend_errors.inc((config_id, flow, kind))
         if outcome in _ANSWERED:
             if decided is None:
                 decided = PASSED_NO_VERDICT if no_verdict else ALLOWED
             self.turns.inc((config_id, decided))
         latency = self.backend_latency
+        rows, bounds = latency.values, latency.buckets
         for call in turn.explain.llm_calls:
             if not call.cancelled:
-                latency.observe(
-                    (config_id, call.task, "cache" if call.from_cache else "backend"), call.duration
-                )
+                labels = (config_id, call.task, "cache" if call.from_cache else "backend")
+                row = rows.get(labels)
+                if row is None:
+                    row = rows[labels] = latency.new_row()
+                duration = call.duration
+                row[bisect_left(bounds, duration)] += 1
+                row[-1] += duration
         self.turn_latency.observe((config_id, mode, outcome), seconds)
         if first_piece is not None:
             self.first_token.observe((config_id,), first_piece)

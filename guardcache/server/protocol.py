@@ -74,7 +74,10 @@ def parse_json(raw: bytes, max_depth: int = MAX_JSON_DEPTH) -> Any:
     ``max_depth`` brackets cannot nest deeper, so only bodies with more are walked (iteratively).
     """
     try:
-        body = json.loads(raw)
+        # A body that opens with "{" and a non-NUL byte is UTF-8 to json.loads (json.detect_encoding:
+        # no BOM, not UTF-16 or UTF-32), decoded as it decodes it: its Python-level sniffing skipped.
+        text = raw.decode("utf-8", "surrogatepass") if raw[:1] == b"{" and raw[1:2] != b"\x00" else raw
+        body = json.loads(text)
     except RecursionError:
         raise _too_deep(max_depth) from None
     except (ValueError, UnicodeDecodeError):
