@@ -18,6 +18,15 @@ so a round reports user-space instructions per request, the same on a quiet mach
 What it leaves out: time in the kernel (system calls) and what an instruction costs (cache misses),
 so it decides between code paths, and CPU time stays the measure of record. Needs ``valgrind``
 (``apt-get install -y valgrind``); a server under it runs ~50x slower, so rounds are short.
+
+``--floor`` serves bench_serve's floor beside each ref (``benchmarks/serve_floor.py proxy`` on that
+ref's tree: uvicorn forwarding each request upstream on its h1 client, nothing else; under callgrind
+too with ``--instructions``), measured the same way, so a ref's figure reads as a ratio to its floor;
+``--floor proxy guard`` adds serve_floor's ``guard`` (the least a caching guard does on top).
+``--modes plain stream`` add the official ``openai`` client's load (bench_serve's other load: more
+headers per request, one request per server wake-up when the server is not slowed down).
+
+    python benchmarks/ab_serve.py HEAD WORKTREE --floor --instructions --rounds 1 --requests 300
 """
 
 from __future__ import annotations
@@ -38,9 +47,12 @@ from machine import describe_speed
 
 
 def checkout(ref: str, into: Path) -> Path:
-    """The tree to serve for ``ref``: this checkout for WORKTREE, else a detached git worktree."""
+    """The tree to serve for ``ref``: this checkout for WORKTREE, a folder as it is (a tree prepared
+    by hand: a commit with some files changed), else a detached git worktree."""
     if ref == "WORKTREE":
         return REPO
+    if Path(ref).is_dir():
+        return Path(ref).resolve()
     subprocess.run(
         ["git", "-C", str(REPO), "worktree", "add", "--detach", str(into), ref],
         check=True,
@@ -115,7 +127,18 @@ def main() -> int:
     parser.add_argument("--rounds", type=int, default=6)
     parser.add_argument("--seconds", type=float, default=3.0, help="each measured pass (default 3)")
     parser.add_argument(
-        "--modes", nargs="*", default=["lean", "lean-stream"], choices=["lean", "lean-stream"]
+        "--modes",
+        nargs="*",
+        default=["lean", "lean-stream"],
+        choices=["lean", "lean-stream", "plain", "stream"],
+    )
+    parser.add_argument(
+        "--floor",
+        nargs="*",
+        default=[],
+        choices=["proxy", "guard", "canned"],
+        help="serve these reference servers of benchmarks/serve_floor.py beside each ref, measured "
+        "the same way (--floor alone: proxy)",
     )
     parser.add_argument(
         "--instructions",
@@ -128,9 +151,18 @@ def main() -> int:
         help="count the server's system calls per request (strace -c), by call, instead of CPU time",
     )
     parser.add_argument("--requests", type=int, default=400, help="per round with --instructions/--syscalls")
+    parser.add_argument(
+        "--keep",
+        type=Path,
+        help="with --instructions: write the callgrind dumps into this folder (kept, for callgrind_annotate)",
+    )
     args = parser.parse_args()
+    if args.floor == [] and "--floor" in sys.argv:
+        args.floor = ["proxy"]
     if args.instructions and shutil.which("valgrind") is None:
         raise SystemExit("--instructions needs valgrind: apt-get install -y valgrind")
+    if args.keep:
+        args.keep.mkdir(parents=True, exist_ok=True)
 
     from guardcache.emulator import EmulatorConfig, EmulatorProcess, LatencyConfig
 
@@ -145,20 +177,32 @@ def main() -> int:
         main_url = f"http://127.0.0.1:{main_emu.port}/v1"
         config = write_config(Path(tmp) / "ab", main_url, f"http://127.0.0.1:{guard_emu.port}/v1")
         servers: dict[str, tuple[Child, str]] = {}
+        floors: dict[str, tuple[Child, str]] = {}
         try:
             for i, ref in enumerate(args.refs):
                 tree = checkout(ref, Path(tmp) / f"tree{i}")
-                if tree != REPO:
+                if tree != REPO and not Path(ref).is_dir():
                     trees.append(tree)
                 cmd = [sys.executable, "-m", "guardcache", "serve", "--config", str(config), "--port", "0"]
                 if args.instructions:
-                    out = Path(tmp) / f"callgrind.{i}"
+                    out = (args.keep or Path(tmp)) / f"callgrind.{i}"
                     cmd = [*VALGRIND, f"--callgrind-out-file={out}", *cmd]
                 child = Child([*cmd, "--no-warm-up"], env={"PYTHONPATH": str(tree)}, cwd=tree)
                 url = f"http://127.0.0.1:{child.port(timeout=900 if args.instructions else 60)}"
                 servers[f"{ref} ({tree.name})"] = (child, f"{url}/v1")
                 wait_ready(f"{url}/health/ready", timeout=900 if args.instructions else 60)
                 run_load(f"{url}/v1", "lean", 8, count=len(MESSAGES) * 8)  # every check cached
+                for kind in args.floor:  # the floors on this tree's h1 client
+                    script = str(Path(__file__).with_name("serve_floor.py"))
+                    cmd = [sys.executable, script, kind, "0", main_url]
+                    if args.instructions:
+                        out = (args.keep or Path(tmp)) / f"callgrind.{kind}{i}"
+                        cmd = [*VALGRIND, f"--callgrind-out-file={out}", *cmd]
+                    floor = Child(cmd, env={"PYTHONPATH": str(tree)})
+                    url = f"http://127.0.0.1:{floor.port(timeout=900 if args.instructions else 60)}/v1"
+                    floors[f"floor {kind} ({tree.name})"] = (floor, url)
+                    run_load(url, "lean", 8, count=len(MESSAGES) * 8)  # connections open, code paths warm
+            servers.update(floors)
             for mode in args.modes:
                 rows: dict[str, list[float]] = {name: [] for name in servers}
                 for _ in range(args.rounds):
@@ -186,10 +230,10 @@ def main() -> int:
                     median = statistics.median(values)
                     each = " ".join(f"{v:.0f}" for v in values)
                     unit = "k" if args.instructions else "us"
-                    print(f"   {name:<40} {median:6.0f} {unit} ({median / first:5.3f}x the first)   [{each}]")
+                    print(f"   {name:<48} {median:6.0f} {unit} ({median / first:5.3f}x the first)   [{each}]")
             print(describe_speed())
         finally:
-            for child, _ in servers.values():
+            for child, _ in [*servers.values(), *floors.values()]:
                 child.stop()
             remove(trees)
     return 0
