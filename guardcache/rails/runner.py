@@ -647,19 +647,7 @@ async def run_group(
         return []
     deadline = time.monotonic() + group.timeout if group.timeout is not None else None
     results: list[RailResult] = []
-    if not group.parallel or len(rails) == 1:
-        for rail in rails:
-            result = rail.hit(variables, kind)  # a cached verdict, without awaiting
-            if result is None:
-                result = await rail.run(variables, deadline, kind=kind)
-            results.append(result)
-            if not result.allowed:
-                break
-        return results
-    # Parallel: the cached verdicts first, in order and without tasks (with no backend call to
-    # overlap, three tasks and as_completed cost ~150-240 us of CPU per turn, bench_checks part 2b);
-    # a block among them stops the rest. The rails from the first miss on run as tasks.
-    for rail in rails:
+    for rail in rails:  # the cached verdicts first, in order, in the caller's task (no await)
         result = rail.hit(variables, kind)
         if result is None:
             break
@@ -669,8 +657,16 @@ async def run_group(
     else:
         return results
     rest = rails[len(results) :]
-    if len(rest) == 1:  # one left: nothing to run beside it
-        results.append(await rest[0].run(variables, deadline, kind=kind))
+    if not group.parallel or len(rest) == 1 or all(_cached(rail, variables) for rail in rest):
+        # Sequential, or parallel with nothing to overlap (every verdict cached, for checks that
+        # only say so: Check.hit is optional): three tasks and as_completed cost ~150-240 us of
+        # CPU per turn (bench_checks part 2b) for nothing; in order, the first block still stops
+        # the rest. An entry evicted between the look and the run makes that one check a miss.
+        for rail in rest:
+            result = rail.hit(variables, kind) or await rail.run(variables, deadline, kind=kind)
+            results.append(result)
+            if not result.allowed:
+                break
         return results
     tasks = [asyncio.create_task(rail.run(variables, deadline, kind=kind)) for rail in rest]
     try:
@@ -685,6 +681,14 @@ async def run_group(
         await asyncio.gather(*tasks, return_exceptions=True)
     order = {rail.name: i for i, rail in enumerate(rails)}
     return sorted(results, key=lambda r: order.get(r.flow, 0))
+
+
+def _cached(rail: Rail, variables: Mapping[str, Any]) -> bool:
+    """Whether the rail's verdict for this turn is in its cache now (never counted as a lookup)."""
+    try:
+        return rail.check.cached(variables)
+    except Exception:  # a text the check cannot read: let the rail's own run decide
+        return False
 
 
 def _blocker(results: Sequence[RailResult]) -> RailResult | None:
