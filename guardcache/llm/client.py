@@ -232,13 +232,19 @@ class ChatClient:
             BackendProtocolError: a 2xx body that is not JSON or has no
                 ``choices[0].message.content`` string.
         """
-        body: dict[str, Any] = {
+        return await self.send(self.request_body(messages, params), deadline=deadline)
+
+    def request_body(
+        self, messages: Sequence[Mapping[str, str]], params: Mapping[str, Any]
+    ) -> dict[str, Any]:
+        """The body :meth:`complete` sends: ``{"model", "messages", **default_params, **params}``
+        (each message copied)."""
+        return {
             "model": self.model,
             "messages": [dict(message) for message in messages],
             **self.default_params,
             **params,
         }
-        return await self.send(body, deadline=deadline)
 
     async def send(
         self, body: Mapping[str, Any], *, deadline: float | None = None, _traced: bool = False

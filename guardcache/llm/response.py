@@ -12,7 +12,7 @@ import sys
 from dataclasses import dataclass
 from typing import Any
 
-from guardcache.llm.types import Usage
+from guardcache.llm.types import Usage, quick_init
 
 _IDENTIFIER = re.compile(r"[A-Za-z0-9_.-]{1,64}")
 
@@ -27,6 +27,7 @@ class DeclinedAnswer(ValueError):
     says which, never what the refusal said (it can quote the user)."""
 
 
+@quick_init
 @dataclass(slots=True, frozen=True)
 class Completion:
     """The parts of a chat completion body the client uses."""
