@@ -13,8 +13,9 @@ A body route's request goes down :func:`body_stack`, one pure ASGI middleware pe
 and ``body_timeout``, before the request counts as in flight), then
 :class:`~guardcache.server.in_flight.InFlight` (counted, bounded by ``max_concurrency``), then
 :class:`~guardcache.server.trace_context.TraceContext`, then
-:class:`~guardcache.server.client_watch.WatchClient` (a client that leaves cancels the handler and
-its answer), then :class:`BodyEndpoint` (the handler called with the body, its answer written).
+the client watch (:mod:`~guardcache.server.client_watch`: a client that leaves cancels the handler
+and its answer), entered by :class:`BodyEndpoint` (the handler called with the body, its answer
+written) around both.
 Above them, for every request: ``server/request_id.py`` and ``server/auth.py`` (when the server
 has a key). :class:`BodyRouter`
 sends a body route's ``POST`` down its stack straight, not through Starlette's router and its
@@ -33,7 +34,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from guardcache.server.answers import method_not_allowed
 from guardcache.server.body_limits import BODY, BodyLimits
-from guardcache.server.client_watch import WatchClient
+from guardcache.server.client_watch import watch_for
 from guardcache.server.in_flight import InFlight
 from guardcache.server.request_id import AddingHeader
 from guardcache.server.responses import EventStream, JSONResponse
@@ -65,7 +66,7 @@ BodyHandler = Callable[[bytes], Awaitable[ASGIApp]]
 def body_stack(handler: BodyHandler, state: ServerState) -> ASGIApp:
     """``handler`` served with every limit of a body route (see the module docstring)."""
     settings = state.settings
-    endpoint = WatchClient(BodyEndpoint(handler))
+    endpoint = BodyEndpoint(handler)  # (the client watch inside it)
     return BodyLimits(
         InFlight(TraceContext(endpoint), state), state.metrics, settings.max_body_bytes, settings.body_timeout
     )
@@ -73,9 +74,10 @@ def body_stack(handler: BodyHandler, state: ServerState) -> ASGIApp:
 
 class BodyEndpoint:
     """Pure ASGI, the bottom of a body route's stack: the handler called with ``scope[BODY]``, its
-    answer written. guardcache's own answers take the request id as a header of theirs
-    (:class:`~guardcache.server.request_id.AddingHeader` taken apart), so their messages go
-    straight to the server's ``send``."""
+    answer written, both under the client watch (``client_watch.watch_for``, entered here rather
+    than by a middleware of its own: one coroutine fewer per request). guardcache's own answers
+    take the request id as a header of theirs (:class:`~guardcache.server.request_id.AddingHeader`
+    taken apart), so their messages go straight to the server's ``send``."""
 
     __slots__ = ("handler",)
 
@@ -83,13 +85,14 @@ class BodyEndpoint:
         self.handler = handler
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        response = await self.handler(scope[BODY])
-        if not isinstance(response, _OURS):
-            await response(scope, receive, send)
-        elif type(send) is AddingHeader:
-            await response.write(send.send, receive, send.header)
-        else:
-            await response.write(send, receive)
+        with watch_for(scope, receive):
+            response = await self.handler(scope[BODY])
+            if not isinstance(response, _OURS):
+                await response(scope, receive, send)
+            elif type(send) is AddingHeader:
+                await response.write(send.send, receive, send.header)
+            else:
+                await response.write(send, receive)
 
 
 _OURS = (JSONResponse, EventStream)

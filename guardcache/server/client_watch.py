@@ -12,7 +12,7 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-from starlette.types import ASGIApp, Message, Receive, Scope, Send
+from starlette.types import Message, Receive, Scope
 
 DISCONNECT = "guardcache.disconnect"
 """The scope extension guardcache's HTTP protocols (``server/connections.py``) give each request: the
@@ -153,20 +153,14 @@ async def _disconnect(receive: Receive) -> Message:
             return message
 
 
-class WatchClient:
-    """Pure ASGI: the request below it (its handler and its answer) cancelled when the client
-    leaves. For requests whose body was read (the body routes' stack): ``receive()`` is free then."""
-
-    __slots__ = ("app",)
-
-    def __init__(self, app: ASGIApp) -> None:
-        self.app = app
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        extensions = scope.get("extensions")  # (client_watch's lines, inline: every body request runs them)
-        hook = extensions.get(DISCONNECT) if extensions else None
-        with HookWatch(hook) if hook is not None else TaskWatch(receive):
-            await self.app(scope, receive, send)
+def watch_for(scope: Scope, receive: Receive) -> HookWatch | TaskWatch:
+    """The client watch of a request whose body was read (the body routes' stack: ``receive()`` is
+    free then): ``with watch_for(scope, receive):`` cancels the block (the handler and its answer)
+    when the client leaves; guardcache's HTTP protocol's hook when the server has one, else a task
+    waiting on ``receive()``."""
+    extensions = scope.get("extensions")
+    hook = extensions.get(DISCONNECT) if extensions else None
+    return HookWatch(hook) if hook is not None else TaskWatch(receive)
 
 
 __all__ = [
@@ -175,6 +169,6 @@ __all__ = [
     "DisconnectHook",
     "HookWatch",
     "TaskWatch",
-    "WatchClient",
     "client_watch",
+    "watch_for",
 ]
