@@ -187,12 +187,13 @@ class TurnRunner:
         with request_scope() as explain:
             turn = TurnInfo(explain)
             inputs: list[RailResult] = []
-            if user_at is not None:
-                inputs = await run_group(self.input_rails, variables, self.input_group)
+            if user_at is not None and not cached_results(self.input_rails, variables, inputs):
+                inputs = await run_rest(self.input_rails, variables, self.input_group, inputs)
             outputs: list[RailResult] = []
             if bot_last:
                 variables["bot_response"] = messages[-1]["content"]
-                outputs = await run_group(self.output_rails, variables, self.output_group)
+                if not cached_results(self.output_rails, variables, outputs):
+                    outputs = await run_rest(self.output_rails, variables, self.output_group, outputs)
             turn.checks = CheckResult(tuple(inputs), tuple(outputs))
         self.last = turn
         return turn.checks
@@ -383,7 +384,9 @@ class GuardedTurn:
         elif self._tool_results:
             inputs = await self._inputs()
         else:
-            inputs = await run_group(runner.input_rails, variables, runner.input_group)
+            inputs = []
+            if not cached_results(runner.input_rails, variables, inputs):
+                inputs = await run_rest(runner.input_rails, variables, runner.input_group, inputs)
         self.turn.checks = CheckResult(tuple(inputs))
         blocker = _blocker(inputs)
         if blocker is not None:
@@ -466,9 +469,11 @@ class GuardedTurn:
             if await self._check_calls(inputs, outputs):
                 self._send(content)
             return
-        outputs += await run_group(
-            runner.output_rails, {**self._variables, "bot_response": content}, runner.output_group
-        )
+        variables = {**self._variables, "bot_response": content}
+        found: list[RailResult] = []
+        if not cached_results(runner.output_rails, variables, found):
+            found = await run_rest(runner.output_rails, variables, runner.output_group, found)
+        outputs += found
         self.turn.checks = CheckResult(tuple(inputs), tuple(outputs))
         blocker = _blocker(outputs)
         if blocker is not None:
@@ -642,20 +647,43 @@ async def run_group(
     the cached verdicts at once, the others all at once, and the first block cancels the rest (a
     cancelled check stores nothing: see cache.singleflight). The group's ``timeout`` is one
     deadline for all its checks. ``kind``: what the texts are (``RailResult.kind``: the message, a
-    tool result, a tool call)."""
-    if not rails:
-        return []
-    deadline = time.monotonic() + group.timeout if group.timeout is not None else None
+    tool result, a tool call).
+
+    :func:`cached_results` then :func:`run_rest`, which a caller on the hot path calls itself: a
+    group its hits decide then costs no coroutine."""
     results: list[RailResult] = []
-    for rail in rails:  # the cached verdicts first, in order, in the caller's task (no await)
+    if cached_results(rails, variables, results, kind):
+        return results
+    return await run_rest(rails, variables, group, results, kind=kind)
+
+
+def cached_results(
+    rails: Sequence[Rail], variables: Mapping[str, Any], results: list[RailResult], kind: str = MESSAGE
+) -> bool:
+    """The cached verdicts of the group's rails, in order, appended to ``results`` without awaiting
+    (``Rail.hit``); True when they decide the group (every rail answered, or one blocked), False at
+    the first rail without one: :func:`run_rest` decides from there."""
+    for rail in rails:
         result = rail.hit(variables, kind)
         if result is None:
-            break
+            return False
         results.append(result)
         if not result.allowed:
-            return results
-    else:
-        return results
+            return True
+    return True
+
+
+async def run_rest(
+    rails: Sequence[Rail],
+    variables: Mapping[str, Any],
+    group: RailGroup,
+    results: list[RailResult],
+    *,
+    kind: str = MESSAGE,
+) -> list[RailResult]:
+    """:func:`run_group` for the rails after the ``results`` :func:`cached_results` found (the first
+    of them had no cached verdict); returns the group's results."""
+    deadline = time.monotonic() + group.timeout if group.timeout is not None else None
     rest = rails[len(results) :]
     if not group.parallel or len(rest) == 1 or all(_cached(rail, variables) for rail in rest):
         # Sequential, or parallel with nothing to overlap (every verdict cached, for checks that
