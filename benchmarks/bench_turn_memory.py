@@ -273,6 +273,8 @@ def main() -> None:
         print(json.dumps(asyncio.run(measure(args.url, args.one, args.warmup, args.turns, args.tracemalloc))))
         return
 
+    from ab_serve import checkout, remove  # (here: the measured children need none of it)
+
     from guardcache.emulator import EmulatorConfig, EmulatorProcess, LatencyConfig
 
     variants = [v for v in args.variants.split(",") if v]
@@ -281,14 +283,10 @@ def main() -> None:
     made: list[Path] = []
     try:
         for n, rev in enumerate(args.compare.split(",") if args.compare else []):
-            tree = tmp / f"tree{n}"
-            subprocess.run(
-                ["git", "-C", str(REPO), "worktree", "add", "--detach", str(tree), rev],
-                check=True,
-                capture_output=True,
-            )
-            made.append(tree)
-            trees[rev] = tree
+            into = tmp / f"tree{n}"
+            trees[rev] = tree = checkout(rev, into)
+            if tree == into:  # a worktree made here (not a folder given, not this checkout)
+                made.append(tree)
         trees = {name: tree for name, tree in trees.items() if tree != REPO} | {"this checkout": REPO}
         with EmulatorProcess(EmulatorConfig(latency=LatencyConfig(time_scale=0.0))) as nim:
             print(
@@ -312,13 +310,7 @@ def main() -> None:
             for name in trees:
                 report(name, runs[name], traced[name])
     finally:
-        for tree in made:
-            with contextlib.suppress(subprocess.CalledProcessError):
-                subprocess.run(
-                    ["git", "-C", str(REPO), "worktree", "remove", "--force", str(tree)],
-                    check=True,
-                    capture_output=True,
-                )
+        remove(made)
         with contextlib.suppress(OSError):
             tmp.rmdir()
 
