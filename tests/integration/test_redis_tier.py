@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from guardcache.cache import Namespace
+from guardcache.cache import MISSING, Namespace
 from guardcache.cache.redis.auth import ENVELOPE_OVERHEAD, ENVELOPE_VERSION
 from guardcache.checks import codec
 from tests.integration.redis_support import (
@@ -86,6 +86,24 @@ async def test_l1_miss_is_served_from_redis_and_fills_l1(redis_server: RedisServ
     assert writer.tier_stats().l2_misses == 1
     assert writer.tier_stats().computations == 1
     assert reader.get_stats().hits == 1  # the LFU view still comes from get_stats()
+
+
+async def test_a_hit_without_awaiting_is_an_l1_hit_and_a_miss_is_left_to_get_or_compute(
+    redis_server: RedisServer,
+) -> None:
+    """``TieredCache.hit`` (the checks' hit path): an L1 hit counted as ``get_or_compute`` counts
+    one; a key L1 does not hold is MISSING, counting nothing, even when Redis holds it: the
+    caller's ``get_or_compute`` then reads Redis and counts that lookup once."""
+    writer, reader = await ready_tier(redis_server.url), await ready_tier(redis_server.url)
+    backend = Backend()
+    await writer.get_or_compute(KEY, backend)
+    assert reader.hit(KEY) is MISSING  # in Redis, not in this replica's L1
+    assert (reader.tier_stats().lookups, reader.tier_stats().l2_hits) == (0, 0)
+    assert await reader.get_or_compute(KEY, backend) == verdict()
+    assert reader.hit(KEY) == verdict()
+    stats = reader.tier_stats()
+    assert (stats.lookups, stats.l1_hits, stats.l2_hits, stats.computations) == (2, 1, 1, 0)
+    assert backend.calls == 1
 
 
 async def test_redis_holds_only_keyed_digests_and_sealed_codec_bytes(redis_server: RedisServer) -> None:
