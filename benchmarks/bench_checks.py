@@ -308,9 +308,9 @@ async def warm_turns(setup: TurnSetup, convs: Sequence[Conversation]) -> None:
     sequential, parallel = RailGroup(parallel=False), RailGroup(parallel=True)
     setup.pieces = {
         "main model alone (message objects + ainvoke)": setup.fns["main alone"],
-        "3 input rails, sequential (Rail.run x3)": lambda i: group(inputs, in_vars[i % k], sequential),
-        "3 input rails, parallel (3 tasks + as_completed)": lambda i: group(inputs, in_vars[i % k], parallel),
-        "1 output rail (Rail.run)": lambda i: group(outputs, out_vars[i % k], sequential),
+        "3 input rails, sequential group (run_group)": lambda i: group(inputs, in_vars[i % k], sequential),
+        "3 input rails, parallel group (run_group)": lambda i: group(inputs, in_vars[i % k], parallel),
+        "1 output rail (run_group)": lambda i: group(outputs, out_vars[i % k], sequential),
         "generate_async, no rails": setup.fns["no rails"],
         "generate_async, nemoguards sequential input": setup.fns["nemoguards, sequential input"],
         "generate_async, nemoguards": setup.fns["nemoguards"],
@@ -400,7 +400,7 @@ def cpu_table(rows: Sequence[TurnRow], checks_cpu_us: float) -> str:
     return table(headers, out) + (
         "\n  CPU us per turn (this process, all threads); rails add = nemoguards - no rails (the four "
         f"Rail.run cpu figures of part 1 sum to {checks_cpu_us:.0f} us); parallel vs seq. = nemoguards - "
-        "sequential input (three tasks and as_completed instead of three awaits)"
+        "sequential input (all hits: both take the cached verdicts in order, without tasks)"
     )
 
 
