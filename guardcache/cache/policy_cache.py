@@ -129,11 +129,9 @@ class PolicyCache(CacheInterface):
         self._counts: Counts | None = [0] * N_COUNTERS if counting else None
         bare = self._s.hot
         if self._ttl is None:  # today's paths, untouched: no clock read, no extra call
-            self._flight_lookup = self._lookup
             self._flight = SingleFlight(self._lock, self._lookup, bare.put, self._counts)
         else:
             bare = with_expiry(bare, self._s, self._lock, self._ttl, clock, self._expire)
-            self._flight_lookup = self._lookup_fresh
             self._flight = SingleFlight(self._lock, self._lookup_fresh, self._store_loaded, self._counts)
             self.contains = self._contains_fresh  # type: ignore[method-assign]
         #: The put loads store with (the policy's, stamped with ``clock`` when there is a ttl).
@@ -431,11 +429,7 @@ class PolicyCache(CacheInterface):
         ``MISSING`` counting nothing: the caller then asks :meth:`get_or_compute`, which counts the
         miss. No coroutine: a check answers its hits without awaiting."""
         self._check_line()
-        with self._lock:
-            value = self._flight_lookup(key)
-            if value is not MISSING and self._counts is not None:
-                self._counts[HITS] += 1
-        return value
+        return self._flight.hit(key)
 
     async def get_or_compute(self, key: Hashable, compute_fn: ComputeFn, default: Any = MISSING) -> Any:
         self._check_line()

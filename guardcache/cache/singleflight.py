@@ -84,6 +84,16 @@ class SingleFlight:
         with self._lock:
             return len(self._calls)
 
+    def hit(self, key: Hashable) -> Any:
+        """The stored value, counted as a hit (as :meth:`_join` counts one), or ``MISSING``
+        counting nothing: for a caller that asks :meth:`get_or_load` on a miss (which counts it),
+        so a hit needs no coroutine."""
+        with self._lock:
+            value = self._lookup(key)
+            if value is not MISSING and self._counts is not None:
+                self._counts[HITS] += 1
+            return value
+
     def _join(self, key: Hashable) -> tuple[Any, _Call | None, bool]:
         """Under the lock: (stored value, None, False) or (MISSING, call, is_leader)."""
         with self._lock:
