@@ -125,9 +125,7 @@ class TieredCache(CacheInterface):
         try:
             return await self.l1.get_or_compute(key, lambda: self._load(key, compute_fn), default)
         finally:
-            self._events += 1  # approximate under threads; it only triggers flushes
-            if self._events >= self._flush_events or self._clock() >= self._next_flush:
-                self._schedule_flush()
+            self._looked_up()
 
     def hit(self, key: Hashable) -> Any:
         """An L1 hit (counted, as :meth:`get_or_compute` counts one), or ``MISSING`` counting
@@ -135,10 +133,15 @@ class TieredCache(CacheInterface):
         Called on the event loop, like :meth:`get_or_compute` (a due stats flush starts a task)."""
         value = self.l1.hit(key)
         if value is not MISSING:
-            self._events += 1
-            if self._events >= self._flush_events or self._clock() >= self._next_flush:
-                self._schedule_flush()
+            self._looked_up()
         return value
+
+    def _looked_up(self) -> None:
+        """One lookup more since the last stats flush; a flush starts when enough of them, or
+        enough time, have gone by."""
+        self._events += 1  # approximate under threads; it only triggers flushes
+        if self._events >= self._flush_events or self._clock() >= self._next_flush:
+            self._schedule_flush()
 
     async def _load(self, key: Hashable, compute_fn: ComputeFn) -> Any:
         """L2 then backend, for one L1 miss (already coalesced in this process by the L1)."""
