@@ -222,7 +222,28 @@ class TurnTexts:
         return texts
 
 
-class LLMCheck:
+class CachedLookups:
+    """``Check.cached`` and ``Check.hit`` for a check keyed by its ``texts`` in its ``namespace``:
+    what every cached check shares (:class:`LLMCheck`, the classifier's check)."""
+
+    task: str
+    cache: CacheInterface | None
+    texts: TurnTexts
+    namespace: Namespace
+
+    def cached(self, variables: Mapping[str, Any]) -> bool:
+        return in_cache(self.cache, self.texts.key(variables, self.namespace))
+
+    def hit(self, variables: Mapping[str, Any]) -> CheckOutcome | None:
+        """The cached outcome, without awaiting; raises what ``run`` raises for a text it cannot
+        judge."""
+        cache = self.cache
+        if cache is None:
+            return None
+        return cached_outcome(self.task, cache, self.texts.key(variables, self.namespace))
+
+
+class LLMCheck(CachedLookups):
     """One task prompt on one chat model, with its cache. Safe to share across requests and tasks."""
 
     def __init__(
@@ -280,17 +301,6 @@ class LLMCheck:
     def key(self, texts: Mapping[str, Any]) -> bytes:
         """The cache key of normalized texts: the namespace fixes everything else the model sees."""
         return digest(self.namespace, key_fields(texts, self.texts.names))
-
-    def cached(self, variables: Mapping[str, Any]) -> bool:
-        return in_cache(self.cache, self.key(self.texts.read(variables)))
-
-    def hit(self, variables: Mapping[str, Any]) -> CheckOutcome | None:
-        """The cached outcome, without awaiting (``Check.hit``); raises what :meth:`run` raises
-        for a text it cannot judge."""
-        cache = self.cache
-        if cache is None:
-            return None
-        return cached_outcome(self.task, cache, self.texts.key(variables, self.namespace))
 
     async def _call(self, texts: Mapping[str, Any], deadline: float | None) -> CachedCheck:
         result = await self.client.complete(self.messages(texts), deadline=deadline, **self.params)
@@ -425,6 +435,7 @@ async def run_cached(
 
 __all__ = [
     "BACKEND_CALL_SIGNAL",
+    "CachedLookups",
     "Check",
     "CheckOutcome",
     "LLMCheck",

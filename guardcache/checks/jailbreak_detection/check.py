@@ -13,12 +13,11 @@ from typing import Any
 from guardcache.cache import CacheInterface, Namespace
 from guardcache.checks.check import (
     WARM_UP_TEXTS,
+    CachedLookups,
     CheckOutcome,
     TurnTexts,
     Unreadable,
-    cached_outcome,
     digest,
-    in_cache,
     run_cached,
 )
 from guardcache.checks.verdict import CachedCheck, Verdict
@@ -51,7 +50,7 @@ class ClassifyClient(ChatClient):
         return ChatResult(content=reply.text, usage=Usage(0, 0, 0, 0, MODEL, "nim"), duration=0.0)
 
 
-class ClassifyCheck:
+class ClassifyCheck(CachedLookups):
     """``jailbreak detection model``: allowed unless the classifier says ``jailbreak: true``."""
 
     def __init__(
@@ -86,16 +85,6 @@ class ClassifyCheck:
         text = self.texts.read(variables)["user_input"]
         key = digest(self.namespace, [text])
         return await run_cached(self.task, self.cache, key, lambda: self._call(text, deadline))
-
-    def hit(self, variables: Mapping[str, Any]) -> CheckOutcome | None:
-        """The cached outcome, without awaiting (``Check.hit``)."""
-        cache = self.cache
-        if cache is None:
-            return None
-        return cached_outcome(self.task, cache, self.texts.key(variables, self.namespace))
-
-    def cached(self, variables: Mapping[str, Any]) -> bool:
-        return in_cache(self.cache, digest(self.namespace, [self.texts.read(variables)["user_input"]]))
 
     async def prime(self) -> None:
         await self.client.classify(self.texts.read(WARM_UP_TEXTS)["user_input"])
