@@ -142,12 +142,7 @@ class Namespace:
 
     def digest_fields(self, fields: Sequence[str]) -> bytes:
         """:func:`digest_fields` under this namespace (texts already normalized): the checks' key."""
-        h = self._fields_start.copy()
-        for text in fields:
-            data = text.encode("utf-8")
-            h.update(len(data).to_bytes(8, "little"))
-            h.update(data)
-        return h.digest()
+        return _fed(self._fields_start.copy(), fields)
 
 
 def make_key(namespace: bytes, prompt: Prompt) -> bytes:
@@ -181,7 +176,11 @@ def digest_fields(namespace: bytes, fields: Sequence[str]) -> bytes:
     render that text and key it). ``UnicodeEncodeError`` for text that is not valid Unicode (a lone
     surrogate): such text cannot be sent to a model either, and the caller must say so.
     ``Namespace.digest_fields`` is the same, from a hash state made once per namespace."""
-    h = _fields_hash(namespace)
+    return _fed(_fields_hash(namespace), fields)
+
+
+def _fed(h: hashlib.blake2b, fields: Sequence[str]) -> bytes:
+    """The digest of ``h`` fed each field, length-prefixed."""
     for text in fields:
         data = text.encode("utf-8")
         h.update(len(data).to_bytes(8, "little"))
