@@ -84,6 +84,14 @@ class Rail:
             return (await self._run(variables, deadline))._replace(kind=kind)
         return await self._run(variables, deadline)
 
+    def cached(self, variables: Mapping[str, Any]) -> bool:
+        """Whether the check's verdict for these variables is in its cache now, never counted as a
+        lookup; False for a text the check cannot read (its run decides)."""
+        try:
+            return self.check.cached(variables)
+        except Exception:
+            return False
+
     def hit(self, variables: Mapping[str, Any], kind: str = MESSAGE) -> RailResult | None:
         """:meth:`run`'s result when the check's verdict is cached, decided without awaiting; None
         (no lookup counted) when :meth:`run` must decide: a miss, a check without ``hit``, a text

@@ -685,7 +685,7 @@ async def run_rest(
     of them had no cached verdict); returns the group's results."""
     deadline = time.monotonic() + group.timeout if group.timeout is not None else None
     rest = rails[len(results) :]
-    if not group.parallel or len(rest) == 1 or all(_cached(rail, variables) for rail in rest):
+    if not group.parallel or len(rest) == 1 or all(rail.cached(variables) for rail in rest):
         # Sequential, or parallel with nothing to overlap (every verdict cached, for checks that
         # only say so: Check.hit is optional): three tasks and as_completed cost ~150-240 us of
         # CPU per turn (bench_checks part 2b) for nothing; in order, the first block still stops
@@ -709,14 +709,6 @@ async def run_rest(
         await asyncio.gather(*tasks, return_exceptions=True)
     order = {rail.name: i for i, rail in enumerate(rails)}
     return sorted(results, key=lambda r: order.get(r.flow, 0))
-
-
-def _cached(rail: Rail, variables: Mapping[str, Any]) -> bool:
-    """Whether the rail's verdict for this turn is in its cache now (never counted as a lookup)."""
-    try:
-        return rail.check.cached(variables)
-    except Exception:  # a text the check cannot read: let the rail's own run decide
-        return False
 
 
 def _blocker(results: Sequence[RailResult]) -> RailResult | None:

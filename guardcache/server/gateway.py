@@ -128,7 +128,7 @@ async def _run(runner: TurnRunner, items: Sequence[Item]) -> list[Outcome]:
     if not items:
         return []
     if len(items) == 1 or all(
-        _cached(rail, item.variables) for item in items for rail in rails_for(runner, item)[0]
+        rail.cached(item.variables) for item in items for rail in rails_for(runner, item)[0]
     ):
         outcomes: list[Outcome] = []
         for item in items:
@@ -139,13 +139,6 @@ async def _run(runner: TurnRunner, items: Sequence[Item]) -> list[Outcome]:
         return outcomes
     ran = await asyncio.gather(*(_judge(runner, item) for item in items))
     return [Outcome(item, results) for item, results in zip(items, ran, strict=True)]
-
-
-def _cached(rail: Rail, variables: Mapping[str, Any]) -> bool:
-    try:
-        return rail.check.cached(variables)
-    except Exception:  # a text the check cannot read: its own run decides
-        return False
 
 
 def need_rails(runner: TurnRunner, direction: str, config_id: str, param: str) -> None:
