@@ -324,6 +324,13 @@ class GuardedTurn:
     def allowed(self) -> bool:
         return self.blocked is None
 
+    @property
+    def one_piece(self) -> bool:
+        """Whether the reply comes in one piece, when the turn ends (the main model called
+        plainly): a stream of it loses nothing when the turn runs whole in the caller's task
+        (``GuardedStream.complete``: no producer task, no queue)."""
+        return not self._stream_main
+
     async def complete(self) -> str:
         """Run the turn in the calling task and return the reply's text (the answer or the
         refusal); errors (a ``BackendError`` of the main model) are raised."""

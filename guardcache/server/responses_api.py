@@ -56,8 +56,7 @@ class ResponsesHandler:
         shape = ResponseShape(state.main_models[config_id], request.echo)
         if request.stream:
             stream = GuardedStream(runner, request.messages, request.params, stream_main=None)
-            whole = not runner.pieces_before_end  # (then run in this task: ServedTurns._opened)
-            return await self.turns.response_stream(stream, config_id, shape, started, whole=whole)
+            return await self.turns.response_stream(stream, config_id, shape, started)
         turn = GuardedTurn(runner, request.messages, request.params)
         return await self.turns.response(turn, config_id, shape, started)
 

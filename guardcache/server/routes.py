@@ -74,8 +74,7 @@ class Handlers:
         if chat.stream:
             # The main model's stream is read only when its pieces can go out before the end.
             stream = GuardedStream(runner, chat.messages, chat.params, stream_main=None, defer_shadow=True)
-            whole = not runner.pieces_before_end  # (then run in this task: ServedTurns._opened)
-            return self.turns.stream(stream, config_id, model, chat.include_usage, started, whole=whole)
+            return self.turns.stream(stream, config_id, model, chat.include_usage, started)
         turn = GuardedTurn(runner, chat.messages, chat.params, defer_shadow=True)
         return self.turns.plain(turn, config_id, model, started, shadow=runner.shadow is not None)
 

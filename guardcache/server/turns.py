@@ -54,24 +54,15 @@ class ServedTurns:
         return response
 
     def stream(
-        self,
-        stream: GuardedStream,
-        config_id: str,
-        model: str,
-        include_usage: bool,
-        started: float,
-        *,
-        whole: bool = False,
+        self, stream: GuardedStream, config_id: str, model: str, include_usage: bool, started: float
     ) -> Awaitable[ASGIApp]:
         """The turn's chat-completion chunks, once its first piece is there (:meth:`_opened`; its
-        awaitable handed on, not awaited in a coroutine layer of its own). ``whole``: see
-        :meth:`_opened`."""
+        awaitable handed on, not awaited in a coroutine layer of its own)."""
         return self._opened(
             stream,
             config_id,
             started,
-            lambda first: self._events(stream, first, config_id, model, include_usage, started, whole),
-            whole,
+            lambda first: self._events(stream, first, config_id, model, include_usage, started),
         )
 
     async def _opened(
@@ -80,17 +71,16 @@ class ServedTurns:
         config_id: str,
         started: float,
         events: Callable[[str | None], AsyncIterator[bytes]],
-        whole: bool = False,
     ) -> ASGIApp:
         """The stream's ``events(first piece)``, once that piece is there; a turn blocked at input,
         or failed before any text, is answered with its status and headers (both formats alike).
 
-        ``whole``: the config sends no piece before the answer's end (its output rails check the
-        answer whole: ``TurnRunner.pieces_before_end`` is False, and the stream, made with
-        ``stream_main=None``, calls the main model plainly), so the turn runs in this task
-        (``GuardedStream.complete``: no producer task, no queue) and its one piece is the first."""
+        A reply that comes in one piece (``GuardedTurn.one_piece``: a stream made with
+        ``stream_main=None`` whose output rails check the answer whole calls the main model
+        plainly) is the turn run in this task (``GuardedStream.complete``: no producer task, no
+        queue), and that piece is the first."""
         try:
-            first = await (stream.complete() if whole else first_piece(stream))
+            first = await (stream.complete() if stream.one_piece else first_piece(stream))
         except BaseException as exc:
             await stream.aclose()
             return self.failed(config_id, exc, started, "stream")
@@ -104,7 +94,6 @@ class ServedTurns:
         model: str,
         include_usage: bool,
         started: float,
-        whole: bool = False,
     ) -> AsyncIterator[bytes]:
         writer = answers.ChunkWriter(answers.completion_id(), model)
         outcome: str | None = None
@@ -112,7 +101,7 @@ class ServedTurns:
             # Pieces that are already there go out in one event (one write, one syscall); an answer
             # that is already whole (checked whole, or blocked) goes out with its end in one write.
             head = writer.content((first or "") + stream.ready(), first=True)
-            if not whole and not stream.ended:
+            if not stream.one_piece and not stream.ended:
                 yield head
                 head = b""
                 try:
@@ -160,13 +149,7 @@ class ServedTurns:
         return plain_response(shape, turn, text, report, found)
 
     def response_stream(
-        self,
-        stream: GuardedStream,
-        config_id: str,
-        shape: ResponseShape,
-        started: float,
-        *,
-        whole: bool = False,
+        self, stream: GuardedStream, config_id: str, shape: ResponseShape, started: float
     ) -> Awaitable[ASGIApp]:
         """The turn's Responses events, once its first piece is there (:meth:`_opened`)."""
         return self._opened(
@@ -174,7 +157,6 @@ class ServedTurns:
             config_id,
             started,
             lambda first: self._response_events(stream, first, config_id, shape, started),
-            whole,
         )
 
     async def _response_events(
