@@ -39,48 +39,18 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 from e2e_support import pct
+from guarded_config import config_yaml
 from machine import speed_probe_us
 
 from guardcache import LLMRails, RailsConfig
 from guardcache.demo.workload import message_pool
 from guardcache.emulator import EmulatorConfig, EmulatorProcess, LatencyConfig
 
-MAIN = "meta/llama-3.1-8b-instruct"
-GUARD = "nvidia/llama-3.1-nemoguard-8b-content-safety"
-
 
 def config(url: str, *, inputs: bool, outputs: bool, main: bool = True) -> RailsConfig:
     """One config of the run: a main model on ``url``, and the content-safety rails asked for."""
-    main_block = (
-        f"""
-  - type: main
-    engine: nim
-    model: {MAIN}
-    parameters: {{base_url: "{url}", max_tokens: 24}}"""
-        if main
-        else ""
-    )
-    guard_block = (
-        f"""
-  - type: content_safety
-    engine: nim
-    model: {GUARD}
-    parameters: {{base_url: "{url}"}}
-    cache: {{enabled: true, maxsize: 10000}}"""
-        if inputs or outputs
-        else ""
-    )
-    flows_in = "[content safety check input $model=content_safety]" if inputs else "[]"
-    flows_out = "[content safety check output $model=content_safety]" if outputs else "[]"
-    return RailsConfig.from_content(
-        yaml_content=f"""
-models:{main_block}{guard_block}
-rails:
-  input: {{flows: {flows_in}}}
-  output: {{flows: {flows_out}}}
-""",
-        source="<bench_overhead>",
-    )
+    text = config_yaml(url, inputs=inputs, outputs=outputs, main=main)
+    return RailsConfig.from_content(yaml_content=text, source="<bench_overhead>")
 
 
 Turn = Callable[[str], Awaitable[Any]]

@@ -54,34 +54,19 @@ import tracemalloc
 from pathlib import Path
 from typing import Any
 
+from guarded_config import config_yaml
+
 REPO = Path(__file__).resolve().parent.parent
-MAIN = "meta/llama-3.1-8b-instruct"
-GUARD = "nvidia/llama-3.1-nemoguard-8b-content-safety"
 VARIANTS = ("guarded", "nocache", "bare", "floor", "slots")
 WORDS = ("please", "tell", "me", "about", "the", "weather", "trains", "gardens", "music", "history")
 
 
 def yaml_config(url: str, variant: str) -> str:
-    """The config of ``variant`` on the emulator at ``url`` (bench_overhead.py's, plus ``nocache``)."""
-    main = f"""
-  - type: main
-    engine: nim
-    model: {MAIN}
-    parameters: {{base_url: "{url}", max_tokens: 24}}"""
-    if variant in ("bare", "floor", "slots"):
-        return f"models:{main}\nrails:\n  input: {{flows: []}}\n  output: {{flows: []}}\n"
-    cache = "{enabled: true, maxsize: 10000}" if variant == "guarded" else "{enabled: false}"
-    return f"""
-models:{main}
-  - type: content_safety
-    engine: nim
-    model: {GUARD}
-    parameters: {{base_url: "{url}"}}
-    cache: {cache}
-rails:
-  input: {{flows: [content safety check input $model=content_safety]}}
-  output: {{flows: [content safety check output $model=content_safety]}}
-"""
+    """The config of ``variant`` on the emulator at ``url`` (bench_overhead.py's): the cache off for
+    ``nocache``, no rails for the bare variants."""
+
+    rails = variant in ("guarded", "nocache")
+    return config_yaml(url, inputs=rails, outputs=rails, cache=variant == "guarded")
 
 
 def text(i: int, tag: str, rnd: random.Random) -> str:
