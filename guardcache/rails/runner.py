@@ -697,8 +697,9 @@ async def run_rest(
         # only say so: Check.hit is optional): three tasks and as_completed cost ~150-240 us of
         # CPU per turn (bench_checks part 2b) for nothing; in order, the first block still stops
         # the rest. An entry evicted between the look and the run makes that one check a miss.
-        for rail in rest:
-            result = rail.hit(variables, kind) or await rail.run(variables, deadline, kind=kind)
+        for n, rail in enumerate(rest):  # the first has no cached verdict (cached_results asked)
+            found = rail.hit(variables, kind) if n else None
+            result = found or await rail.run(variables, deadline, kind=kind)
             results.append(result)
             if not result.allowed:
                 break
