@@ -23,6 +23,9 @@ so it decides between code paths, and CPU time stays the measure of record. Need
 ref's tree: uvicorn forwarding each request upstream on its h1 client, nothing else; under callgrind
 too with ``--instructions``), measured the same way, so a ref's figure reads as a ratio to its floor;
 ``--floor proxy guard`` adds serve_floor's ``guard`` (the least a caching guard does on top).
+``--unguarded`` serves each ref a second time with the same config and no rails: what the server
+costs before any check (protections, the turn, the main call, metrics, the answer), so a ref's
+figure splits into the server's own cost and what its checks add.
 ``--modes plain stream`` add the official ``openai`` client's load (bench_serve's other load: more
 headers per request, one request per server wake-up when the server is not slowed down).
 
@@ -141,6 +144,12 @@ def main() -> int:
         "the same way (--floor alone: proxy)",
     )
     parser.add_argument(
+        "--unguarded",
+        action="store_true",
+        help="also serve each ref with the same config and no rails (what the server costs before "
+        "any check: the protections, the turn, the main call, the metrics), measured the same way",
+    )
+    parser.add_argument(
         "--instructions",
         action="store_true",
         help="count user-space instructions per request under valgrind (see above) instead of CPU time",
@@ -175,7 +184,9 @@ def main() -> int:
         tempfile.TemporaryDirectory() as tmp,
     ):
         main_url = f"http://127.0.0.1:{main_emu.port}/v1"
-        config = write_config(Path(tmp) / "ab", main_url, f"http://127.0.0.1:{guard_emu.port}/v1")
+        guard_url = f"http://127.0.0.1:{guard_emu.port}/v1"
+        config = write_config(Path(tmp) / "ab", main_url, guard_url)
+        bare = write_config(Path(tmp) / "bare", main_url, guard_url, rails=False)
         servers: dict[str, tuple[Child, str]] = {}
         floors: dict[str, tuple[Child, str]] = {}
         try:
@@ -183,15 +194,18 @@ def main() -> int:
                 tree = checkout(ref, Path(tmp) / f"tree{i}")
                 if tree != REPO and not Path(ref).is_dir():
                     trees.append(tree)
-                cmd = [sys.executable, "-m", "guardcache", "serve", "--config", str(config), "--port", "0"]
-                if args.instructions:
-                    out = (args.keep or Path(tmp)) / f"callgrind.{i}"
-                    cmd = [*VALGRIND, f"--callgrind-out-file={out}", *cmd]
-                child = Child([*cmd, "--no-warm-up"], env={"PYTHONPATH": str(tree)}, cwd=tree)
-                url = f"http://127.0.0.1:{child.port(timeout=900 if args.instructions else 60)}"
-                servers[f"{ref} ({tree.name})"] = (child, f"{url}/v1")
-                wait_ready(f"{url}/health/ready", timeout=900 if args.instructions else 60)
-                run_load(f"{url}/v1", "lean", 8, count=len(MESSAGES) * 8)  # every check cached
+                variants = [("", config), (" unguarded", bare)] if args.unguarded else [("", config)]
+                for suffix, served in variants:
+                    cmd = [sys.executable, "-m", "guardcache", "serve", "--config", str(served)]
+                    cmd += ["--port", "0"]
+                    if args.instructions:
+                        out = (args.keep or Path(tmp)) / f"callgrind.{i}{suffix.strip()}"
+                        cmd = [*VALGRIND, f"--callgrind-out-file={out}", *cmd]
+                    child = Child([*cmd, "--no-warm-up"], env={"PYTHONPATH": str(tree)}, cwd=tree)
+                    url = f"http://127.0.0.1:{child.port(timeout=900 if args.instructions else 60)}"
+                    servers[f"{ref}{suffix} ({tree.name})"] = (child, f"{url}/v1")
+                    wait_ready(f"{url}/health/ready", timeout=900 if args.instructions else 60)
+                    run_load(f"{url}/v1", "lean", 8, count=len(MESSAGES) * 8)  # every check cached
                 for kind in args.floor:  # the floors on this tree's h1 client
                     script = str(Path(__file__).with_name("serve_floor.py"))
                     cmd = [sys.executable, script, kind, "0", main_url]

@@ -120,8 +120,11 @@ class Child:
                 self.proc.wait()
 
 
-def write_config(folder: Path, main_url: str, guard_url: str) -> Path:
+def write_config(folder: Path, main_url: str, guard_url: str, *, rails: bool = True) -> Path:
+    """The served config: a main model, content safety input and output rails on a cached guard.
+    ``rails=False``: the same models with no rails (``guardcache serve`` unguarded, a reference)."""
     folder.mkdir(parents=True, exist_ok=True)
+    flows = RAILS if rails else ""
     (folder / "config.yml").write_text(
         f"""
 models:
@@ -134,12 +137,15 @@ models:
     model: {GUARD_MODEL}
     parameters: {{base_url: "{guard_url}"}}
     cache: {{enabled: true, maxsize: 10000, stats: {{enabled: true}}}}
-rails:
-  input: {{flows: [content safety check input $model=content_safety]}}
-  output: {{flows: [content safety check output $model=content_safety]}}
-"""
+{flows}"""
     )
     return folder
+
+
+RAILS = """rails:
+  input: {flows: [content safety check input $model=content_safety]}
+  output: {flows: [content safety check output $model=content_safety]}
+"""
 
 
 def wait_ready(url: str, timeout: float = 60.0) -> None:
