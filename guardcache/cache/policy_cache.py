@@ -131,7 +131,7 @@ class PolicyCache(CacheInterface):
         if self._ttl is None:  # today's paths, untouched: no clock read, no extra call
             self._flight = SingleFlight(self._lock, self._lookup, bare.put, self._counts)
         else:
-            bare = with_expiry(bare, self._s, self._lock, self._ttl, clock, self._expire)
+            bare = with_expiry(bare, self._s, self._lock, self._ttl, clock, self._remove_expired)
             self._flight = SingleFlight(self._lock, self._lookup_fresh, self._store_loaded, self._counts)
             self.contains = self._contains_fresh  # type: ignore[method-assign]
         #: The put loads store with (the policy's, stamped with ``clock`` when there is a ttl).
@@ -351,15 +351,15 @@ class PolicyCache(CacheInterface):
         i = s.index.get(key)
         if i is None or ttl is None or s.deadline is None or self._clock() < s.deadline[i]:
             return False
-        s.remove(key)
-        if self._counts is not None:
-            self._counts[EXPIRATIONS] += 1
+        self._remove_expired(key)
         return True
 
-    def _expire(self, key: Hashable) -> None:
-        """``get`` found ``key`` expired without the lock: check again under it, and drop it."""
-        with self._lock:
-            self._drop_expired(key)
+    def _remove_expired(self, key: Hashable) -> None:
+        """Under the lock: drop ``key``, which the caller found expired, counting an expiration
+        (the expiring ``get`` paths call it holding the lock, right after their own check)."""
+        self._s.remove(key)
+        if self._counts is not None:
+            self._counts[EXPIRATIONS] += 1
 
     def _lookup_fresh(self, key: Hashable) -> Any:
         """:meth:`_lookup`, for a cache with a ttl: an expired entry is dropped (counted) and is
@@ -370,9 +370,7 @@ class PolicyCache(CacheInterface):
             return MISSING
         now = self._clock()
         if now >= s.deadline[i]:  # type: ignore[index]  # only bound with a ttl (deadlines kept)
-            s.remove(key)
-            if self._counts is not None:
-                self._counts[EXPIRATIONS] += 1
+            self._remove_expired(key)
             return MISSING
         s.touch(i, now)
         return s.values[i]
